@@ -1,0 +1,356 @@
+"""The claim.v1 REST API: one thin view per operation — parse, call one service, shape the answer.
+
+Answers are decided in the contract's order: 401 (authentication) → 403 (role: permission classes) → 400 (the
+input serializer) → 404 → 403 (not your attempt) → 409 (the service, in each endpoint's order).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from . import selectors, services
+from . import serializers as s
+from .models import Namespace, Task
+from .pagination import Pagination
+from .permissions import AnyRole, IsOncall, IsOperator, IsTaskCreator, IsWorker
+
+
+def _errors(*codes: int) -> dict[int, Any]:
+    table = {
+        400: OpenApiResponse(s.InvalidOut, description="Malformed input; nothing changed."),
+        401: OpenApiResponse(s.ErrorOut, description="No or unknown bearer token."),
+        403: OpenApiResponse(s.ErrorOut, description="Role not allowed, or not your attempt / owner_id."),
+        404: OpenApiResponse(s.ErrorOut, description="Unknown task or namespace."),
+        409: OpenApiResponse(
+            s.ConflictOut, description="Protocol rejection: `{outcome, reason, detail, current}`."
+        ),
+    }
+    return {code: table[code] for code in codes}
+
+
+def task_body(task: Task) -> dict[str, Any]:
+    return s.TaskOut(task).data
+
+
+def namespace_body(namespace: Namespace, *, drain: bool = False) -> dict[str, Any]:
+    body = dict(s.NamespaceOut(namespace).data)
+    if drain:
+        body["drain"] = selectors.namespace_drain(namespace)
+    return body
+
+
+def claim_body(grant: services.ClaimGrant) -> dict[str, Any]:
+    task = grant.task
+    return s.ClaimOut(
+        {
+            "outcome": "CLAIMED",
+            "task_id": task.task_id,
+            "attempt_id": grant.attempt_id,
+            "scheduler_epoch": grant.scheduler_epoch,
+            "claim_generation": task.claim_generation,
+            "cancel_generation": task.cancel_generation,
+            "lease_expires_at": task.lease_expires_at,
+            "input_digest": task.input_digest,
+            "state_version": task.state_version,
+            "input": task.input,
+            "fences": grant.fences,
+        }
+    ).data
+
+
+def _paginated(view: APIView, request: Request, queryset: Any, render: Any) -> Response:
+    paginator = Pagination()
+    page = paginator.paginate_queryset(queryset, request, view=view)
+    return paginator.get_paginated_response([render(item) for item in page])
+
+
+def _valid(serializer_class: type, request: Request) -> dict[str, Any]:
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+# --- tasks --------------------------------------------------------------------------------------------
+
+
+class TaskListCreateApi(APIView):
+    def get_permissions(self):
+        return [IsTaskCreator()] if self.request.method == "POST" else [AnyRole()]
+
+    @extend_schema(
+        operation_id="task_create",
+        request=s.TaskCreateIn,
+        responses={
+            201: s.TaskOut,
+            200: OpenApiResponse(s.TaskOut, description="Idempotent repeat."),
+            **_errors(400, 401, 403, 409),
+        },
+        description="Create a task: READY, or BLOCKED while any `depends_on` task is not COMMITTED. Re-creating "
+        "an existing task_id with the same definition returns it (200); anything else is 409 TASK_EXISTS. "
+        "An unknown namespace, depends_on task or resource in the body is a 400.",
+    )
+    def post(self, request: Request) -> Response:
+        data = _valid(s.TaskCreateIn, request)
+        created = services.task_create(principal=request.user, **data)
+        task = selectors.task_get(task_id=created.task.task_id)
+        return Response(task_body(task), status=201 if created.created else 200)
+
+    @extend_schema(
+        operation_id="task_list",
+        parameters=[s.TaskListQuery],
+        responses={200: s.TaskOut(many=True), **_errors(400, 401)},
+        description="Tasks, oldest first. The frontier is `state=READY`.",
+    )
+    def get(self, request: Request) -> Response:
+        query = s.TaskListQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return _paginated(self, request, selectors.task_list(**query.validated_data), task_body)
+
+
+class TaskDetailApi(APIView):
+    permission_classes = [AnyRole]
+
+    @extend_schema(operation_id="task_get", responses={200: s.TaskOut, **_errors(401, 404)})
+    def get(self, request: Request, task_id: str) -> Response:
+        return Response(task_body(selectors.task_get(task_id=task_id)))
+
+
+class TaskEventsApi(APIView):
+    permission_classes = [AnyRole]
+
+    @extend_schema(
+        operation_id="task_events",
+        responses={200: s.EventOut(many=True), **_errors(401, 404)},
+        description="The task's timeline, oldest first. Never secrets or payloads.",
+    )
+    def get(self, request: Request, task_id: str) -> Response:
+        return _paginated(self, request, selectors.task_events(task_id=task_id), lambda e: s.EventOut(e).data)
+
+
+class TaskInputApi(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        operation_id="task_revise_input",
+        request=s.TaskInputIn,
+        responses={200: s.TaskOut, **_errors(400, 401, 403, 404, 409)},
+        description="Revise the input: new input_digest, state_version+1. A claim in flight stays, but its commit "
+        "with the old digest gets STALE_INPUT. COMMITTED or CANCELLED: 409 NOT_REVISABLE. The same input again "
+        "changes nothing.",
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        data = _valid(s.TaskInputIn, request)
+        services.task_revise_input(principal=request.user, task_id=task_id, **data)
+        return Response(task_body(selectors.task_get(task_id=task_id)))
+
+
+class TaskCancelApi(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        operation_id="task_cancel",
+        request=s.ReasonIn,
+        responses={200: s.TaskOut, **_errors(400, 401, 403, 404, 409)},
+        description="cancel_generation+1, state CANCELLED, the current attempt ends. COMMITTED: 409 "
+        "NOT_CANCELLABLE. Cancelling a CANCELLED task changes nothing.",
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        data = _valid(s.ReasonIn, request)
+        services.task_cancel(principal=request.user, task_id=task_id, **data)
+        return Response(task_body(selectors.task_get(task_id=task_id)))
+
+
+class TaskRequeueApi(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        operation_id="task_requeue",
+        request=None,
+        responses={200: s.TaskOut, **_errors(401, 403, 404, 409)},
+        description="A CANCELLED task back to READY (BLOCKED while predecessors are uncommitted); "
+        "cancel_generation stays. Any other state: 409 INVALID_TRANSITION.",
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        services.task_requeue(principal=request.user, task_id=task_id)
+        return Response(task_body(selectors.task_get(task_id=task_id)))
+
+
+# --- claims -------------------------------------------------------------------------------------------
+
+
+class TaskClaimApi(APIView):
+    permission_classes = [IsWorker]
+
+    @extend_schema(
+        operation_id="task_claim",
+        request=s.ClaimIn,
+        responses={200: s.ClaimOut, **_errors(400, 401, 403, 404, 409)},
+        description="Claim from READY, from CLAIMED with an expired lease, or from CLAIMED under an older epoch. "
+        "409 in order: FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH, NOT_CLAIMABLE (STATE | LEASE_LIVE | "
+        "RESOURCE_HELD). Of N concurrent claims exactly one gets 200.",
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        data = _valid(s.ClaimIn, request)
+        grant = services.task_claim(principal=request.user, task_id=task_id, **data)
+        return Response(claim_body(grant))
+
+
+class ClaimNextApi(APIView):
+    permission_classes = [IsWorker]
+
+    @extend_schema(
+        operation_id="claim_next",
+        request=s.ClaimNextIn,
+        responses={
+            200: s.ClaimOut,
+            204: OpenApiResponse(description="Nothing is claimable (no body)."),
+            **_errors(400, 401, 403, 409),
+        },
+        description="Claim the oldest claimable task of the namespace (default `default`), optionally only of "
+        "`node_ids`. Concurrent callers never receive the same task. 409 FENCED (EPOCH) or CLAIMS_PAUSED.",
+    )
+    def post(self, request: Request) -> Response:
+        data = _valid(s.ClaimNextIn, request)
+        grant = services.task_claim_next(principal=request.user, **data)
+        if grant is None:
+            return Response(status=204)
+        return Response(claim_body(grant))
+
+
+class TaskRenewApi(APIView):
+    permission_classes = [IsWorker]
+
+    @extend_schema(
+        operation_id="task_renew",
+        request=s.RenewIn,
+        responses={200: s.RenewOut, **_errors(400, 401, 403, 404, 409)},
+        description="New expiry = server-now + extend_seconds (bounded by LEASE_MIN_SECONDS..LEASE_MAX_SECONDS). "
+        "409 in order: CANCELLED, FENCED (EPOCH | GENERATION | ATTEMPT | OWNER), EXPIRED.",
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        data = _valid(s.RenewIn, request)
+        task = services.task_renew(principal=request.user, task_id=task_id, **data)
+        return Response(s.RenewOut({"outcome": "RENEWED", "lease_expires_at": task.lease_expires_at}).data)
+
+
+class TaskReleaseApi(APIView):
+    permission_classes = [IsWorker]
+
+    @extend_schema(
+        operation_id="task_release",
+        request=s.ReleaseIn,
+        responses={200: s.OutcomeOut, **_errors(400, 401, 403, 404, 409)},
+        description="Task back to READY; the attempt ends. 409 FENCED when the attempt is not current.",
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        data = _valid(s.ReleaseIn, request)
+        services.task_release(principal=request.user, task_id=task_id, **data)
+        return Response({"outcome": "RELEASED"})
+
+
+class TaskResultsApi(APIView):
+    permission_classes = [IsWorker]
+
+    @extend_schema(
+        operation_id="result_stage",
+        request=s.StageIn,
+        responses={201: s.StageOut, **_errors(400, 401, 403, 404, 409)},
+        description="Stage a result, isolated. Any attempt of the task may stage, whatever the task's state. "
+        "`result_digest` must be the digest of `result` (400). The same digest again returns the same record.",
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        data = _valid(s.StageIn, request)
+        staged = services.result_stage(principal=request.user, task_id=task_id, **data)
+        return Response({"outcome": "STAGED", "staged_result_id": str(staged.staged.pk)}, status=201)
+
+
+class TaskCommitApi(APIView):
+    permission_classes = [IsWorker]
+
+    @extend_schema(
+        operation_id="task_commit",
+        request=s.CommitIn,
+        responses={200: s.CommitOut, **_errors(400, 401, 403, 404, 409)},
+        description="A repeat of a successful commit returns the stored body first. Otherwise, in order: "
+        "CANCELLED; FENCED (EPOCH | GENERATION | ATTEMPT | LEASE_EXPIRED); STALE_INPUT; STALE_INPUT (RESOURCE); "
+        "NOT_STAGED. `resources` must name exactly the task's resources (400).",
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        data = _valid(s.CommitIn, request)
+        committed = services.task_commit(principal=request.user, task_id=task_id, **data)
+        return Response(
+            {
+                "outcome": "COMMITTED",
+                "result_commit_id": str(committed.result_commit_id),
+                "unblocked": committed.unblocked,
+            }
+        )
+
+
+# --- namespaces ---------------------------------------------------------------------------------------
+
+
+class NamespaceListCreateApi(APIView):
+    def get_permissions(self):
+        return [IsOperator()] if self.request.method == "POST" else [AnyRole()]
+
+    @extend_schema(
+        operation_id="namespace_create",
+        request=s.NamespaceCreateIn,
+        responses={201: s.NamespaceOut, **_errors(400, 401, 403, 409)},
+        description="Epoch 1, stage V1_ONLY unless given. An existing name: 409 NAMESPACE_EXISTS.",
+    )
+    def post(self, request: Request) -> Response:
+        data = _valid(s.NamespaceCreateIn, request)
+        namespace = services.namespace_create(principal=request.user, **data)
+        return Response(namespace_body(namespace), status=201)
+
+    @extend_schema(operation_id="namespace_list", responses={200: s.NamespaceOut(many=True), **_errors(401)})
+    def get(self, request: Request) -> Response:
+        return _paginated(self, request, selectors.namespace_list(), namespace_body)
+
+
+class NamespaceDetailApi(APIView):
+    permission_classes = [AnyRole]
+
+    @extend_schema(operation_id="namespace_get", responses={200: s.NamespaceDetailOut, **_errors(401, 404)})
+    def get(self, request: Request, ns: str) -> Response:
+        return Response(namespace_body(selectors.namespace_get(name=ns), drain=True))
+
+
+class NamespaceFenceApi(APIView):
+    permission_classes = [IsOncall]
+
+    @extend_schema(
+        operation_id="namespace_fence",
+        request=s.ReasonIn,
+        responses={200: s.FenceOut, **_errors(400, 401, 403, 404)},
+        description="Stop new claims and bump scheduler_epoch. From then every acceptance point rejects the old "
+        "epoch and every attempt granted under it — even when it re-sends the new epoch.",
+    )
+    def post(self, request: Request, ns: str) -> Response:
+        data = _valid(s.ReasonIn, request)
+        namespace = services.epoch_fence(principal=request.user, namespace=ns, **data)
+        return Response(
+            {"outcome": "FENCED_EPOCH", "scheduler_epoch": namespace.scheduler_epoch, "claims_paused": True}
+        )
+
+
+class NamespaceResumeApi(APIView):
+    permission_classes = [IsOncall]
+
+    @extend_schema(
+        operation_id="namespace_resume",
+        request=s.OptionalReasonIn,
+        responses={200: s.NamespaceOut, **_errors(400, 401, 403, 404)},
+        description="Lift the pause; the epoch stays. Answers `{outcome: RESUMED, ...namespace}`.",
+    )
+    def post(self, request: Request, ns: str) -> Response:
+        data = _valid(s.OptionalReasonIn, request) if request.data else {}
+        namespace = services.namespace_resume(principal=request.user, namespace=ns, **data)
+        return Response({"outcome": "RESUMED", **namespace_body(namespace)})

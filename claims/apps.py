@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class ClaimsConfig(AppConfig):
+    name = "claims"
+    verbose_name = "claim.v1 core"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import schema  # noqa: F401  (registers the OpenAPI auth extension)

@@ -1,0 +1,42 @@
+"""The database clock. Every lease decision reads time here, never from a worker and never from Python.
+
+On PostgreSQL ``now()`` is the transaction's start time, so every comparison inside one service call sees one
+instant. The embedded SQLite database lives in the server's own process, so its clock is the server's clock.
+
+``travel`` moves the clock forward for the suite's controllable-clock fixture (acceptance.md: no wall-clock
+sleeps to make races). It is an offset added to the database's answer, shared by every thread of the process.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db import connection
+from django.utils import timezone
+
+_offset = timedelta(0)
+
+
+def now() -> datetime:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT now()")
+            (value,) = cursor.fetchone()
+    else:
+        value = timezone.now()
+    return value + _offset
+
+
+def offset() -> timedelta:
+    return _offset
+
+
+def travel(seconds: float) -> None:
+    """Move the clock ``seconds`` forward (tests only)."""
+    global _offset
+    _offset += timedelta(seconds=seconds)
+
+
+def reset() -> None:
+    global _offset
+    _offset = timedelta(0)

@@ -1,0 +1,188 @@
+"""Typed errors, mapped once to the contract's bodies (claim-v1.md §2).
+
+Services raise these; ``exception_handler`` is the one place that turns them — and DRF's own exceptions —
+into HTTP answers:
+
+- 400 ``{"outcome": "INVALID", "errors": {field: [messages]}}``
+- 401 / 403 / 404 ``{"outcome": WORD, "detail": text}``
+- 409 ``{"outcome": WORD, "reason": WORD, "detail": text, "current": {...}}``
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404
+from rest_framework import exceptions as drf
+from rest_framework.response import Response
+
+
+class ClaimError(Exception):
+    status = 409
+    outcome = "CONFLICT"
+
+    def __init__(self, detail: str = "", *, reason: str | None = None, current: dict[str, Any] | None = None):
+        super().__init__(detail or self.outcome)
+        self.detail = detail or self.outcome
+        self.reason = reason or self.outcome
+        self.current = current or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"outcome": self.outcome, "detail": self.detail}
+
+
+class Invalid(ClaimError):
+    """A request the service can only judge with the database in hand (an unknown depends_on task, say)."""
+
+    status = 400
+    outcome = "INVALID"
+
+    def __init__(self, errors: dict[str, list[str]]):
+        super().__init__("invalid request")
+        self.errors = errors
+
+    def body(self) -> dict[str, Any]:
+        return {"outcome": self.outcome, "errors": self.errors}
+
+
+class NotFound(ClaimError):
+    status = 404
+    outcome = "NOT_FOUND"
+
+
+class Forbidden(ClaimError):
+    """Authenticated, allowed the endpoint, but not the owner of the attempt or owner_id it names."""
+
+    status = 403
+    outcome = "FORBIDDEN"
+
+
+class Conflict(ClaimError):
+    """A protocol rejection: 409 with the contract's outcome word, counted and logged as a `fenced` event."""
+
+    status = 409
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "detail": self.detail,
+            "current": self.current,
+        }
+
+
+class Fenced(Conflict):
+    outcome = "FENCED"
+
+
+class Cancelled(Conflict):
+    outcome = "CANCELLED"
+
+
+class Expired(Conflict):
+    outcome = "EXPIRED"
+
+
+class StaleInput(Conflict):
+    outcome = "STALE_INPUT"
+
+
+class NotStaged(Conflict):
+    outcome = "NOT_STAGED"
+
+
+class ClaimsPaused(Conflict):
+    outcome = "CLAIMS_PAUSED"
+
+
+class VersionMismatch(Conflict):
+    outcome = "VERSION_MISMATCH"
+
+
+class NotClaimable(Conflict):
+    outcome = "NOT_CLAIMABLE"
+
+
+class TaskExists(Conflict):
+    outcome = "TASK_EXISTS"
+
+
+class NotRevisable(Conflict):
+    outcome = "NOT_REVISABLE"
+
+
+class NotCancellable(Conflict):
+    outcome = "NOT_CANCELLABLE"
+
+
+class InvalidTransition(Conflict):
+    outcome = "INVALID_TRANSITION"
+
+
+class NamespaceExists(Conflict):
+    outcome = "NAMESPACE_EXISTS"
+
+
+def _field_errors(detail: Any) -> dict[str, list[str]]:
+    if isinstance(detail, dict):
+        return {str(key): _messages(value) for key, value in detail.items()}
+    return {"non_field_errors": _messages(detail)}
+
+
+def _messages(value: Any) -> list[str]:
+    if isinstance(value, list):
+        out: list[str] = []
+        for item in value:
+            if isinstance(item, (dict, list)):
+                out.extend(f"{msg}" for msg in _flatten(item))
+            else:
+                out.append(str(item))
+        return out
+    if isinstance(value, dict):
+        return list(_flatten(value))
+    return [str(value)]
+
+
+def _flatten(value: Any, prefix: str = "") -> list[str]:
+    if isinstance(value, dict):
+        items: list[str] = []
+        for key, inner in value.items():
+            items.extend(_flatten(inner, f"{prefix}{key}: "))
+        return items
+    if isinstance(value, list):
+        items = []
+        for index, inner in enumerate(value):
+            items.extend(
+                _flatten(inner, f"{prefix}[{index}] " if isinstance(inner, (dict, list)) else prefix)
+            )
+        return items
+    return [f"{prefix}{value}"]
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's EXCEPTION_HANDLER: every answer that is not a success is shaped here."""
+    if isinstance(exc, ClaimError):
+        return Response(exc.body(), status=exc.status)
+    if isinstance(exc, drf.ValidationError):
+        return Response({"outcome": "INVALID", "errors": _field_errors(exc.detail)}, status=400)
+    if isinstance(exc, drf.ParseError):
+        return Response({"outcome": "INVALID", "errors": {"body": [str(exc.detail)]}}, status=400)
+    if isinstance(exc, (drf.NotAuthenticated, drf.AuthenticationFailed)):
+        response = Response({"outcome": "UNAUTHENTICATED", "detail": str(exc.detail)}, status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="api"'
+        return response
+    if isinstance(exc, (drf.PermissionDenied, DjangoPermissionDenied)):
+        detail = str(getattr(exc, "detail", "")) or "your role may not do this"
+        return Response({"outcome": "FORBIDDEN", "detail": detail}, status=403)
+    if isinstance(exc, (drf.NotFound, Http404)):
+        return Response({"outcome": "NOT_FOUND", "detail": "not found"}, status=404)
+    if isinstance(exc, drf.MethodNotAllowed):
+        return Response({"outcome": "METHOD_NOT_ALLOWED", "detail": str(exc.detail)}, status=405)
+    if isinstance(exc, drf.UnsupportedMediaType):
+        return Response({"outcome": "INVALID", "errors": {"body": [str(exc.detail)]}}, status=415)
+    if isinstance(exc, drf.NotAcceptable):
+        return Response({"outcome": "NOT_ACCEPTABLE", "detail": str(exc.detail)}, status=406)
+    if isinstance(exc, drf.Throttled):
+        return Response({"outcome": "THROTTLED", "detail": str(exc.detail)}, status=429)
+    return None

@@ -1,0 +1,68 @@
+"""Reads. The API, the dashboard and the rollout gates share these, so a number means the same everywhere."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from . import clock
+from .errors import NotFound
+from .models import Namespace, StagedResult, Task, TaskEvent, TaskState
+
+
+def task_get(*, task_id: str) -> Task:
+    task = Task.objects.select_related("namespace").filter(pk=task_id).first()
+    if task is None:
+        raise NotFound("no such task")
+    return task
+
+
+def task_list(*, namespace: str | None = None, state: str | None = None) -> QuerySet[Task]:
+    tasks = Task.objects.select_related("namespace").order_by("created_at", "task_id")
+    if namespace:
+        tasks = tasks.filter(namespace__name=namespace)
+    if state:
+        tasks = tasks.filter(state=state)
+    return tasks
+
+
+def task_events(*, task_id: str) -> QuerySet[TaskEvent]:
+    if not Task.objects.filter(pk=task_id).exists():
+        raise NotFound("no such task")
+    return TaskEvent.objects.filter(task_id=task_id).order_by("id")
+
+
+def namespace_get(*, name: str) -> Namespace:
+    namespace = Namespace.objects.filter(name=name).first()
+    if namespace is None:
+        raise NotFound(f"no such namespace: {name}")
+    return namespace
+
+
+def namespace_list() -> QuerySet[Namespace]:
+    return Namespace.objects.order_by("name")
+
+
+def live_claims(namespace: Namespace, *, now: Any = None) -> QuerySet[Task]:
+    """Tasks whose claim is live: CLAIMED, unexpired, granted under the namespace's current epoch."""
+    now = now or clock.now()
+    return Task.objects.filter(
+        namespace=namespace,
+        state=TaskState.CLAIMED,
+        lease_expires_at__gt=now,
+        scheduler_epoch=namespace.scheduler_epoch,
+    )
+
+
+def namespace_drain(namespace: Namespace) -> dict[str, int]:
+    """What still runs in a namespace: live leases, UNKNOWN effects, staged results of live attempts that are
+    not yet committed. Effects arrive with the effect ledger; until then there are none to count."""
+    now = clock.now()
+    live = live_claims(namespace, now=now)
+    awaiting = StagedResult.objects.filter(canonical=False, attempt_id__in=live.values("attempt_id"))
+    return {
+        "active_leases": live.count(),
+        "unknown_effects": 0,
+        "awaiting_commit": awaiting.count(),
+    }

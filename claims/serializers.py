@@ -1,0 +1,312 @@
+"""Plain input and output serializers for the claim.v1 API. They check shape and type only; services decide.
+
+Inputs are strict: a number sent as a string, a boolean where a number belongs, or a field the contract does
+not name is a 400 — a misspelt ``expected_state_verison`` silently ignored would turn a guarded claim into an
+unguarded one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from rest_framework import serializers
+
+from .digest import DIGEST_RE, canonical_json, digest
+from .models import Protocol, ReplayPolicy, Stage, TaskState
+
+MAX_COUNTER = 2**62
+
+
+class StrictIntegerField(serializers.IntegerField):
+    default_error_messages = {"invalid": "A whole number is required (not a string or boolean)."}
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictCharField(serializers.CharField):
+    default_error_messages = {"invalid": "A string is required."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictUUIDField(serializers.UUIDField):
+    def to_internal_value(self, data: Any):
+        if not isinstance(data, str):
+            self.fail("invalid", value=data)
+        return super().to_internal_value(data)
+
+
+class JSONValueField(serializers.JSONField):
+    """Any JSON value, bounded in size (settings.CLAIMS_MAX_VALUE_BYTES of canonical JSON)."""
+
+    def __init__(self, **kwargs: Any):
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        try:
+            size = len(canonical_json(value))
+        except (TypeError, ValueError):
+            raise serializers.ValidationError("Must be a JSON value.") from None
+        if size > settings.CLAIMS_MAX_VALUE_BYTES:
+            raise serializers.ValidationError(
+                f"At most {settings.CLAIMS_MAX_VALUE_BYTES} bytes of canonical JSON."
+            )
+        return value
+
+
+class DigestField(StrictCharField):
+    def __init__(self, **kwargs: Any):
+        kwargs.setdefault("max_length", 71)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        if not DIGEST_RE.match(value):
+            raise serializers.ValidationError("Must be 'sha256:' followed by 64 lowercase hex digits.")
+        return value
+
+
+def counter(**kwargs: Any) -> StrictIntegerField:
+    return StrictIntegerField(min_value=0, max_value=MAX_COUNTER, **kwargs)
+
+
+def lease_seconds(**kwargs: Any) -> StrictIntegerField:
+    return StrictIntegerField(
+        min_value=settings.LEASE_MIN_SECONDS, max_value=settings.LEASE_MAX_SECONDS, **kwargs
+    )
+
+
+def identifier(**kwargs: Any) -> StrictCharField:
+    return StrictCharField(max_length=200, min_length=1, **kwargs)
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses fields the contract does not name."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+# --- inputs ------------------------------------------------------------------------------------------
+
+
+class TaskCreateIn(StrictSerializer):
+    task_id = identifier(required=False)
+    namespace = StrictCharField(max_length=100, required=False, default="default")
+    node_id = identifier()
+    input = JSONValueField()
+    depends_on = serializers.ListField(child=identifier(), required=False, default=list, max_length=1000)
+    replay_policy = serializers.ChoiceField(
+        choices=ReplayPolicy.choices, required=False, default=ReplayPolicy.REPLAYABLE
+    )
+    resources = serializers.ListField(child=identifier(), required=False, default=list, max_length=100)
+
+
+class TaskInputIn(StrictSerializer):
+    input = JSONValueField()
+
+
+class ReasonIn(StrictSerializer):
+    reason = StrictCharField(max_length=2000, min_length=1)
+
+
+class OptionalReasonIn(StrictSerializer):
+    reason = StrictCharField(max_length=2000, required=False, default="", allow_blank=True)
+
+
+class ClaimIn(StrictSerializer):
+    owner_id = identifier()
+    scheduler_epoch = counter()
+    ttl_seconds = lease_seconds()
+    expected_state_version = counter(required=False, allow_null=True, default=None)
+
+
+class ClaimNextIn(StrictSerializer):
+    owner_id = identifier()
+    scheduler_epoch = counter()
+    ttl_seconds = lease_seconds()
+    namespace = StrictCharField(max_length=100, required=False, default="default")
+    node_ids = serializers.ListField(child=identifier(), required=False, allow_empty=False, max_length=100)
+
+
+class RenewIn(StrictSerializer):
+    attempt_id = StrictUUIDField()
+    claim_generation = counter()
+    owner_id = identifier()
+    scheduler_epoch = counter()
+    cancel_generation = counter()
+    extend_seconds = lease_seconds()
+
+
+class ReleaseIn(StrictSerializer):
+    attempt_id = StrictUUIDField()
+    claim_generation = counter()
+    owner_id = identifier()
+    scheduler_epoch = counter()
+
+
+class StageIn(StrictSerializer):
+    attempt_id = StrictUUIDField()
+    claim_generation = counter()
+    result = JSONValueField()
+    result_digest = DigestField()
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if digest(attrs["result"]) != attrs["result_digest"]:
+            raise serializers.ValidationError({"result_digest": ["Does not match the digest of result."]})
+        return attrs
+
+
+class CommitResourceIn(StrictSerializer):
+    resource_key = identifier()
+    incarnation = StrictUUIDField()
+    expected_revision = counter()
+
+
+class CommitIn(StrictSerializer):
+    attempt_id = StrictUUIDField()
+    scheduler_epoch = counter()
+    claim_generation = counter()
+    observed_cancel_generation = counter()
+    input_digest = DigestField()
+    result_digest = DigestField()
+    resources = CommitResourceIn(many=True, required=False, default=list)
+
+
+class NamespaceCreateIn(StrictSerializer):
+    name = serializers.SlugField(max_length=100)
+    stage = serializers.ChoiceField(choices=Stage.choices, required=False, default=Stage.V1_ONLY)
+    min_protocol = serializers.ChoiceField(choices=Protocol.choices, required=False, default=Protocol.LEGACY)
+
+
+class TaskListQuery(serializers.Serializer):
+    namespace = serializers.CharField(max_length=100, required=False)
+    state = serializers.ChoiceField(choices=TaskState.choices, required=False)
+
+
+# --- outputs (for the schema; the APIs build these dicts) --------------------------------------------
+
+
+class TaskOut(serializers.Serializer):
+    task_id = serializers.CharField()
+    namespace = serializers.CharField(source="namespace.name")
+    node_id = serializers.CharField()
+    input = serializers.JSONField()
+    input_digest = serializers.CharField()
+    depends_on = serializers.ListField(child=serializers.CharField())
+    replay_policy = serializers.ChoiceField(choices=ReplayPolicy.choices)
+    resources = serializers.ListField(child=serializers.CharField())
+    state = serializers.ChoiceField(choices=TaskState.choices)
+    state_version = serializers.IntegerField()
+    scheduler_epoch = serializers.IntegerField(help_text="The epoch the current claim was granted under.")
+    claim_generation = serializers.IntegerField()
+    attempt_id = serializers.UUIDField(allow_null=True)
+    owner_id = serializers.CharField(allow_null=True)
+    lease_expires_at = serializers.DateTimeField(allow_null=True)
+    cancel_generation = serializers.IntegerField()
+    result_commit_id = serializers.UUIDField(allow_null=True)
+    result_digest = serializers.CharField(allow_null=True)
+    result = serializers.JSONField(
+        allow_null=True, help_text="The canonical result once committed, else null."
+    )
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class ClaimOut(serializers.Serializer):
+    outcome = serializers.CharField(default="CLAIMED")
+    task_id = serializers.CharField()
+    attempt_id = serializers.UUIDField()
+    scheduler_epoch = serializers.IntegerField()
+    claim_generation = serializers.IntegerField()
+    cancel_generation = serializers.IntegerField()
+    lease_expires_at = serializers.DateTimeField()
+    input_digest = serializers.CharField()
+    state_version = serializers.IntegerField()
+    input = serializers.JSONField()
+    fences = serializers.DictField(child=serializers.IntegerField())
+
+
+class RenewOut(serializers.Serializer):
+    outcome = serializers.CharField(default="RENEWED")
+    lease_expires_at = serializers.DateTimeField()
+
+
+class OutcomeOut(serializers.Serializer):
+    outcome = serializers.CharField()
+
+
+class StageOut(serializers.Serializer):
+    outcome = serializers.CharField(default="STAGED")
+    staged_result_id = serializers.UUIDField()
+
+
+class CommitOut(serializers.Serializer):
+    outcome = serializers.CharField(default="COMMITTED")
+    result_commit_id = serializers.UUIDField()
+    unblocked = serializers.ListField(child=serializers.CharField())
+
+
+class EventOut(serializers.Serializer):
+    kind = serializers.CharField()
+    at = serializers.DateTimeField()
+    attempt_id = serializers.UUIDField(allow_null=True)
+    claim_generation = serializers.IntegerField(allow_null=True)
+    scheduler_epoch = serializers.IntegerField(allow_null=True)
+    owner_id = serializers.CharField(allow_null=True)
+    principal = serializers.CharField()
+    detail = serializers.JSONField()
+
+
+class DrainOut(serializers.Serializer):
+    active_leases = serializers.IntegerField()
+    unknown_effects = serializers.IntegerField()
+    awaiting_commit = serializers.IntegerField()
+
+
+class NamespaceOut(serializers.Serializer):
+    name = serializers.CharField()
+    scheduler_epoch = serializers.IntegerField()
+    claims_paused = serializers.BooleanField()
+    stage = serializers.ChoiceField(choices=Stage.choices)
+    min_protocol = serializers.ChoiceField(choices=Protocol.choices)
+
+
+class NamespaceDetailOut(NamespaceOut):
+    drain = DrainOut()
+
+
+class FenceOut(serializers.Serializer):
+    outcome = serializers.CharField(default="FENCED_EPOCH")
+    scheduler_epoch = serializers.IntegerField()
+    claims_paused = serializers.BooleanField()
+
+
+class InvalidOut(serializers.Serializer):
+    outcome = serializers.CharField(default="INVALID")
+    errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
+
+
+class ConflictOut(serializers.Serializer):
+    outcome = serializers.CharField()
+    reason = serializers.CharField()
+    detail = serializers.CharField()
+    current = serializers.DictField()
+
+
+class ErrorOut(serializers.Serializer):
+    outcome = serializers.CharField()
+    detail = serializers.CharField()

@@ -1,0 +1,32 @@
+"""The only writers of claim.v1 records. One transaction per call; see each function's docstring."""
+
+from __future__ import annotations
+
+from .leases import ClaimGrant, task_claim, task_claim_next, task_release, task_renew
+from .namespaces import epoch_fence, namespace_create, namespace_resume
+from .principals import IssuedToken, hash_token, token_issue
+from .results import Committed, Staged, result_stage, task_commit
+from .tasks import TaskCreated, task_cancel, task_create, task_requeue, task_revise_input
+
+__all__ = [
+    "ClaimGrant",
+    "Committed",
+    "IssuedToken",
+    "Staged",
+    "TaskCreated",
+    "epoch_fence",
+    "hash_token",
+    "namespace_create",
+    "namespace_resume",
+    "result_stage",
+    "task_cancel",
+    "task_claim",
+    "task_claim_next",
+    "task_commit",
+    "task_create",
+    "task_release",
+    "task_renew",
+    "task_requeue",
+    "task_revise_input",
+    "token_issue",
+]

@@ -1,0 +1,189 @@
+"""What every service shares: holding the namespace's epoch, locking a task, appending events and audit
+entries, and logging a rejection in its own small transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from .. import clock
+from ..errors import Conflict, NotFound
+from ..models import AuditEntry, EventKind, Namespace, Principal, Task, TaskEvent
+
+
+@dataclass(frozen=True)
+class NamespaceHold:
+    """The namespace row as read under a share lock, and the database's clock at that moment."""
+
+    id: int
+    name: str
+    scheduler_epoch: int
+    claims_paused: bool
+    stage: str
+    now: datetime
+
+
+_NS = Namespace._meta.db_table
+_TASK = Task._meta.db_table
+
+
+def hold_namespace(*, name: str | None = None, task_id: str | None = None) -> NamespaceHold:
+    """Read the namespace (by name, or as the namespace of ``task_id``) and hold its epoch steady.
+
+    On PostgreSQL the row is taken FOR SHARE: an epoch fence UPDATEs it, so a fence waits for every decision
+    already in flight, and every decision that starts after the fence reads the new epoch. This closes the race
+    in which a claim or commit reads epoch N, a fence commits N+1, and the old-epoch decision lands afterwards.
+    SQLite runs each transaction BEGIN IMMEDIATE, so writers are serialised whole and no lock is needed.
+    Raises NotFound for an unknown namespace or task.
+    """
+    if task_id is not None:
+        where, param = f"n.id = (SELECT t.namespace_id FROM {_TASK} t WHERE t.task_id = %s)", task_id
+    else:
+        where, param = "n.name = %s", name
+    if connection.vendor == "postgresql":
+        sql = f"SELECT n.id, n.name, n.scheduler_epoch, n.claims_paused, n.stage, now() FROM {_NS} n WHERE {where} FOR SHARE"
+    else:
+        sql = f"SELECT n.id, n.name, n.scheduler_epoch, n.claims_paused, n.stage, NULL FROM {_NS} n WHERE {where}"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [param])
+        row = cursor.fetchone()
+    if row is None:
+        raise NotFound("no such task" if task_id is not None else f"no such namespace: {name}")
+    db_now = row[5] if row[5] is not None else timezone.now()
+    return NamespaceHold(
+        id=row[0],
+        name=row[1],
+        scheduler_epoch=row[2],
+        claims_paused=bool(row[3]),
+        stage=row[4],
+        now=db_now + clock.offset(),
+    )
+
+
+def lock_task(task_id: str) -> Task:
+    """The task row FOR NO KEY UPDATE: the decision and the write that follows it see one version of the row,
+    and a concurrent writer of the same task waits for this transaction (it then re-reads the new version)."""
+    try:
+        return Task.objects.select_for_update(no_key=True).get(pk=task_id)
+    except Task.DoesNotExist:
+        raise NotFound("no such task") from None
+
+
+def task_current(task: Task, ns: NamespaceHold) -> dict[str, Any]:
+    """The authoritative values a client needs after a 409 (claim-v1.md §2)."""
+    return {
+        "state": task.state,
+        "state_version": task.state_version,
+        "scheduler_epoch": ns.scheduler_epoch,
+        "claim_generation": task.claim_generation,
+        "cancel_generation": task.cancel_generation,
+        "input_digest": task.input_digest,
+    }
+
+
+def new_event(
+    kind: EventKind,
+    *,
+    namespace_id: int,
+    task_id: str | None,
+    at: datetime,
+    principal: Principal | None,
+    attempt_id: Any = None,
+    claim_generation: int | None = None,
+    scheduler_epoch: int | None = None,
+    owner_id: str | None = None,
+    point: str | None = None,
+    detail: dict[str, Any] | None = None,
+) -> TaskEvent:
+    return TaskEvent(
+        namespace_id=namespace_id,
+        task_id=task_id,
+        kind=kind,
+        at=at,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        scheduler_epoch=scheduler_epoch,
+        owner_id=owner_id,
+        principal=principal.name if principal else "",
+        point=point,
+        validated=True if point else None,
+        detail=detail or {},
+    )
+
+
+def audit(
+    *,
+    principal: Principal,
+    action: str,
+    at: datetime,
+    namespace: str = "",
+    target: str = "",
+    reason: str = "",
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """Append to the operator audit log, inside the caller's transaction."""
+    AuditEntry.objects.create(
+        at=at,
+        principal=principal.name,
+        role=principal.role,
+        action=action,
+        namespace=namespace,
+        target=target,
+        reason=reason,
+        detail=detail or {},
+    )
+
+
+class RejectionLog:
+    """Wraps one acceptance-point decision. A Conflict raised inside rolls the decision back (the caller's
+    transaction is already gone when ``__exit__`` runs) and is then appended as a `fenced` event in its own
+    small transaction, so a rejected request leaves every record as it was but is still counted (claim-v1.md §2).
+    The service sets ``namespace_id`` (and ``task_id``) as soon as it knows them."""
+
+    def __init__(
+        self,
+        point: str,
+        *,
+        principal: Principal | None,
+        task_id: str | None = None,
+        attempt_id: Any = None,
+        claim_generation: int | None = None,
+        scheduler_epoch: int | None = None,
+        owner_id: str | None = None,
+    ):
+        self.point = point
+        self.principal = principal
+        self.namespace_id: int | None = None
+        self.task_id = task_id
+        self.attempt_id = attempt_id
+        self.claim_generation = claim_generation
+        self.scheduler_epoch = scheduler_epoch
+        self.owner_id = owner_id
+
+    def __enter__(self) -> RejectionLog:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        if isinstance(exc, Conflict) and self.namespace_id is not None:
+            with transaction.atomic(durable=True):
+                new_event(
+                    EventKind.FENCED,
+                    namespace_id=self.namespace_id,
+                    task_id=self.task_id,
+                    at=clock.now(),
+                    principal=self.principal,
+                    attempt_id=self.attempt_id,
+                    claim_generation=self.claim_generation,
+                    scheduler_epoch=self.scheduler_epoch,
+                    owner_id=self.owner_id,
+                    point=self.point,
+                    detail={"outcome": exc.outcome, "reason": exc.reason},
+                ).save(force_insert=True)
+        return False

@@ -1,0 +1,455 @@
+"""Claim, claim-next, renew, release: who holds a task, and for how long (claim-v1.md §4)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+
+from ..errors import (
+    Cancelled,
+    ClaimsPaused,
+    Expired,
+    Fenced,
+    Forbidden,
+    Invalid,
+    NotClaimable,
+    NotFound,
+    VersionMismatch,
+)
+from ..models import AcceptancePoint, Attempt, AttemptEnd, EventKind, Principal, Task, TaskState
+from ..states import check_transition
+from ._base import NamespaceHold, RejectionLog, hold_namespace, lock_task, new_event, task_current
+
+
+@dataclass(frozen=True)
+class ClaimGrant:
+    task: Task
+    attempt_id: uuid.UUID
+    scheduler_epoch: int
+    fences: dict[str, int]
+
+
+def _check_lease_seconds(field: str, seconds: int) -> None:
+    # The serializer checks this too; services are also called by jobs and tests, so the bound lives here.
+    if not settings.LEASE_MIN_SECONDS <= seconds <= settings.LEASE_MAX_SECONDS:
+        raise Invalid(
+            {
+                field: [
+                    f"must be between {settings.LEASE_MIN_SECONDS} and {settings.LEASE_MAX_SECONDS} seconds"
+                ]
+            }
+        )
+
+
+def _check_owner(principal: Principal, owner_id: str) -> None:
+    if principal.owner_id != owner_id:
+        raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
+
+
+def _check_epoch_and_pause(ns: NamespaceHold, scheduler_epoch: int) -> None:
+    if scheduler_epoch != ns.scheduler_epoch:
+        raise Fenced(
+            f"scheduler_epoch {scheduler_epoch} is not the namespace's current epoch {ns.scheduler_epoch}",
+            reason="EPOCH",
+            current={"scheduler_epoch": ns.scheduler_epoch},
+        )
+    if ns.claims_paused:
+        raise ClaimsPaused(
+            f"claims are paused in namespace {ns.name}",
+            current={"scheduler_epoch": ns.scheduler_epoch, "claims_paused": True},
+        )
+
+
+def _claimable(task: Task, ns: NamespaceHold) -> tuple[bool, str]:
+    """Whether a claim may take the task now, and the NOT_CLAIMABLE reason when it may not."""
+    if task.state == TaskState.READY:
+        return True, ""
+    if task.state == TaskState.CLAIMED:
+        if task.scheduler_epoch < ns.scheduler_epoch:
+            return True, ""  # the fence ended that claim
+        if task.lease_expires_at <= ns.now:
+            return True, ""  # a reclaim
+        return False, "LEASE_LIVE"
+    return False, "STATE"
+
+
+def _claim_values(
+    task: Task, *, ns: NamespaceHold, owner_id: str, ttl_seconds: int, attempt_id: uuid.UUID
+) -> dict[str, Any]:
+    return {
+        "state": TaskState.CLAIMED,
+        "claim_generation": task.claim_generation + 1,
+        "state_version": task.state_version + 1,
+        "scheduler_epoch": ns.scheduler_epoch,
+        "attempt_id": attempt_id,
+        "owner_id": owner_id,
+        "lease_expires_at": ns.now + timedelta(seconds=ttl_seconds),
+        "updated_at": ns.now,
+    }
+
+
+def _apply(task: Task, values: dict[str, Any]) -> Task:
+    for key, value in values.items():
+        setattr(task, key, value)
+    return task
+
+
+def task_claim(
+    *,
+    principal: Principal,
+    task_id: str,
+    owner_id: str,
+    scheduler_epoch: int,
+    ttl_seconds: int,
+    expected_state_version: int | None = None,
+) -> ClaimGrant:
+    """Claim one task. One transaction:
+
+    1. Hold the namespace's epoch (FOR SHARE) and read the database clock.
+    2. Read the task; refuse in the contract's order: FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH,
+       NOT_CLAIMABLE (STATE | LEASE_LIVE).
+    3. Compare-and-set the row on the (claim_generation, state_version) we read. Exactly one of N concurrent
+       claimers updates one row; the others' UPDATE waits on the winner's row lock, re-checks its WHERE against
+       the new version, matches nothing, and re-reads — and now sees the winner's live lease.
+    4. The winner ends the previous attempt, creates its own, appends `claimed` or `reclaimed`.
+    """
+    _check_lease_seconds("ttl_seconds", ttl_seconds)
+    log = RejectionLog(
+        AcceptancePoint.CLAIM,
+        principal=principal,
+        task_id=task_id,
+        scheduler_epoch=scheduler_epoch,
+        owner_id=owner_id,
+    )
+    with log, transaction.atomic(durable=True):
+        ns = hold_namespace(task_id=task_id)
+        log.namespace_id = ns.id
+        _check_owner(principal, owner_id)
+        _check_epoch_and_pause(ns, scheduler_epoch)
+        while True:
+            task = Task.objects.filter(pk=task_id).first()
+            if task is None:  # tasks are never deleted; kept for completeness
+                raise NotFound("no such task")
+            if expected_state_version is not None and task.state_version != expected_state_version:
+                raise VersionMismatch(
+                    f"state_version is {task.state_version}, not {expected_state_version}",
+                    current=task_current(task, ns),
+                )
+            ok, reason = _claimable(task, ns)
+            if not ok:
+                raise NotClaimable(f"task is {task.state}", reason=reason, current=task_current(task, ns))
+            target = TaskState.CLAIMED
+            check_transition(task.state, target, "reclaim" if task.state == TaskState.CLAIMED else "claim")
+            attempt_id = uuid.uuid4()
+            values = _claim_values(
+                task, ns=ns, owner_id=owner_id, ttl_seconds=ttl_seconds, attempt_id=attempt_id
+            )
+            won = Task.objects.filter(
+                pk=task_id, claim_generation=task.claim_generation, state_version=task.state_version
+            ).update(**values)
+            if won == 1:
+                break
+            # Lost the compare-and-set: another transaction changed the row since we read it. Decide again.
+        previous = _previous_claim(task, ns) if task.state == TaskState.CLAIMED else None
+        grant = _grant(_apply(task, values), previous=previous, ns=ns, principal=principal)
+    return grant
+
+
+def _previous_claim(task: Task, ns: NamespaceHold) -> dict[str, Any]:
+    """The claim a reclaim ends, read before the row is overwritten."""
+    fenced_by_epoch = task.scheduler_epoch < ns.scheduler_epoch
+    return {
+        "attempt_id": str(task.attempt_id),
+        "owner_id": task.owner_id,
+        "claim_generation": task.claim_generation,
+        "ended": "epoch" if fenced_by_epoch else "lease_expired",
+        "lease_expires_at": task.lease_expires_at.isoformat(),
+    }
+
+
+def _grant(
+    task: Task, *, previous: dict[str, Any] | None, ns: NamespaceHold, principal: Principal
+) -> ClaimGrant:
+    """The writes of a won claim, inside the caller's transaction, once the task row carries the new claim:
+    end the previous attempt (expired or fenced), create the new one, append `claimed` or `reclaimed`."""
+    if previous is not None:
+        Attempt.objects.filter(pk=previous["attempt_id"], ended_at__isnull=True).update(
+            ended_at=ns.now,
+            end_reason=AttemptEnd.FENCED if previous["ended"] == "epoch" else AttemptEnd.RECLAIMED,
+        )
+    Attempt.objects.create(
+        attempt_id=task.attempt_id,
+        task_id=task.task_id,
+        namespace_id=ns.id,
+        owner_id=task.owner_id,
+        pool=principal.pool,
+        claim_generation=task.claim_generation,
+        scheduler_epoch=ns.scheduler_epoch,
+        cancel_generation=task.cancel_generation,
+        input_digest=task.input_digest,
+        started_at=ns.now,
+    )
+    detail: dict[str, Any] = {"lease_expires_at": task.lease_expires_at.isoformat()}
+    if previous is not None:
+        detail["previous"] = previous
+    new_event(
+        EventKind.RECLAIMED if previous else EventKind.CLAIMED,
+        namespace_id=ns.id,
+        task_id=task.task_id,
+        at=ns.now,
+        principal=principal,
+        attempt_id=task.attempt_id,
+        claim_generation=task.claim_generation,
+        scheduler_epoch=ns.scheduler_epoch,
+        owner_id=task.owner_id,
+        point=AcceptancePoint.CLAIM,
+        detail=detail,
+    ).save(force_insert=True)
+    return ClaimGrant(task=task, attempt_id=task.attempt_id, scheduler_epoch=ns.scheduler_epoch, fences={})
+
+
+def task_claim_next(
+    *,
+    principal: Principal,
+    owner_id: str,
+    scheduler_epoch: int,
+    ttl_seconds: int,
+    namespace: str = "default",
+    node_ids: list[str] | None = None,
+) -> ClaimGrant | None:
+    """Claim the oldest claimable task of a namespace, or None when nothing is claimable (the API's 204).
+
+    Candidates are taken with SELECT … FOR NO KEY UPDATE SKIP LOCKED: a row another claimer is deciding on is
+    passed over instead of waited for, so concurrent callers never receive the same task and never herd on one
+    row. READY tasks come first (oldest first), then claims whose lease ran out or whose epoch was fenced.
+    """
+    _check_lease_seconds("ttl_seconds", ttl_seconds)
+    log = RejectionLog(
+        AcceptancePoint.CLAIM, principal=principal, scheduler_epoch=scheduler_epoch, owner_id=owner_id
+    )
+    with log, transaction.atomic(durable=True):
+        try:
+            ns = hold_namespace(name=namespace)
+        except NotFound:
+            raise Invalid({"namespace": [f"unknown namespace {namespace!r}"]}) from None
+        log.namespace_id = ns.id
+        _check_owner(principal, owner_id)
+        _check_epoch_and_pause(ns, scheduler_epoch)
+        candidates = Task.objects.select_for_update(skip_locked=True, no_key=True).filter(namespace_id=ns.id)
+        if node_ids:
+            candidates = candidates.filter(node_id__in=node_ids)
+        task = candidates.filter(state=TaskState.READY).order_by("created_at", "task_id").first()
+        if task is None:
+            task = (
+                candidates.filter(state=TaskState.CLAIMED)
+                .filter(Q(lease_expires_at__lte=ns.now) | Q(scheduler_epoch__lt=ns.scheduler_epoch))
+                .order_by("lease_expires_at", "task_id")
+                .first()
+            )
+        if task is None:
+            return None
+        check_transition(
+            task.state, TaskState.CLAIMED, "reclaim" if task.state == TaskState.CLAIMED else "claim"
+        )
+        previous = _previous_claim(task, ns) if task.state == TaskState.CLAIMED else None
+        values = _claim_values(
+            task, ns=ns, owner_id=owner_id, ttl_seconds=ttl_seconds, attempt_id=uuid.uuid4()
+        )
+        # We hold the row lock; the generation in the WHERE is a second guard, not the race's closer.
+        updated = Task.objects.filter(pk=task.pk, claim_generation=task.claim_generation).update(**values)
+        assert updated == 1, "a locked row changed under us"
+        log.task_id = task.pk
+        return _grant(_apply(task, values), previous=previous, ns=ns, principal=principal)
+
+
+def resolve_attempt(task: Task, attempt_id: uuid.UUID, principal: Principal) -> int | None:
+    """The epoch ``attempt_id`` was granted under, or None when no such attempt of this task exists.
+
+    Raises Forbidden when the attempt belongs to another owner: a worker acts only on its own attempts.
+    The current attempt is read off the locked task row; only an older one costs a query.
+    """
+    if task.attempt_id == attempt_id:
+        owner, epoch = task.owner_id, task.scheduler_epoch
+    else:
+        row = (
+            Attempt.objects.filter(pk=attempt_id, task_id=task.pk)
+            .values_list("owner_id", "scheduler_epoch")
+            .first()
+        )
+        if row is None:
+            return None
+        owner, epoch = row
+    if owner != principal.owner_id:
+        raise Forbidden(f"attempt {attempt_id} is not {principal.owner_id!r}'s")
+    return epoch
+
+
+def check_authority(
+    task: Task,
+    ns: NamespaceHold,
+    *,
+    attempt_id: uuid.UUID,
+    claim_generation: int,
+    scheduler_epoch: int,
+    granted_epoch: int | None,
+    owner_id: str | None = None,
+) -> None:
+    """FENCED unless the request names the task's current, live-by-epoch attempt. Reasons in order:
+    EPOCH (the epoch rule of §1: the carried epoch is old, or the attempt was granted before a fence — re-sending
+    the new epoch does not revive it), GENERATION, ATTEMPT (another attempt, or the attempt has ended), OWNER."""
+    current = task_current(task, ns)
+    if scheduler_epoch != ns.scheduler_epoch or (
+        granted_epoch is not None and granted_epoch != ns.scheduler_epoch
+    ):
+        raise Fenced("an epoch fence ended this attempt: claim again", reason="EPOCH", current=current)
+    if claim_generation != task.claim_generation:
+        raise Fenced(
+            f"claim_generation {claim_generation} is not current ({task.claim_generation})",
+            reason="GENERATION",
+            current=current,
+        )
+    if attempt_id != task.attempt_id or task.state != TaskState.CLAIMED:
+        raise Fenced("this attempt is not the task's current claim", reason="ATTEMPT", current=current)
+    if owner_id is not None and owner_id != task.owner_id:
+        raise Fenced("the claim belongs to another owner", reason="OWNER", current=current)
+
+
+def task_renew(
+    *,
+    principal: Principal,
+    task_id: str,
+    attempt_id: uuid.UUID,
+    claim_generation: int,
+    owner_id: str,
+    scheduler_epoch: int,
+    cancel_generation: int,
+    extend_seconds: int,
+) -> Task:
+    """Extend the current attempt's lease to server-now + extend_seconds (bounded by settings).
+
+    409s in the contract's order: CANCELLED, FENCED (EPOCH | GENERATION | ATTEMPT | OWNER), EXPIRED. An
+    expired lease is never revived, even when nobody has reclaimed the task yet: the owner must claim again.
+    """
+    _check_lease_seconds("extend_seconds", extend_seconds)
+    log = RejectionLog(
+        AcceptancePoint.RENEW,
+        principal=principal,
+        task_id=task_id,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        scheduler_epoch=scheduler_epoch,
+        owner_id=owner_id,
+    )
+    with log, transaction.atomic(durable=True):
+        ns = hold_namespace(task_id=task_id)
+        log.namespace_id = ns.id
+        task = lock_task(task_id)
+        _check_owner(principal, owner_id)
+        granted_epoch = resolve_attempt(task, attempt_id, principal)
+        if task.state == TaskState.CANCELLED or cancel_generation != task.cancel_generation:
+            raise Cancelled("the task was cancelled", current=task_current(task, ns))
+        check_authority(
+            task,
+            ns,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            scheduler_epoch=scheduler_epoch,
+            granted_epoch=granted_epoch,
+            owner_id=owner_id,
+        )
+        if task.lease_expires_at <= ns.now:
+            raise Expired("the lease ran out: claim again", current=task_current(task, ns))
+        task.lease_expires_at = ns.now + timedelta(seconds=extend_seconds)
+        task.updated_at = ns.now
+        task.save(update_fields=["lease_expires_at", "updated_at"])
+        new_event(
+            EventKind.RENEWED,
+            namespace_id=ns.id,
+            task_id=task_id,
+            at=ns.now,
+            principal=principal,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            scheduler_epoch=ns.scheduler_epoch,
+            owner_id=owner_id,
+            point=AcceptancePoint.RENEW,
+            detail={"lease_expires_at": task.lease_expires_at.isoformat()},
+        ).save(force_insert=True)
+    return task
+
+
+def task_release(
+    *,
+    principal: Principal,
+    task_id: str,
+    attempt_id: uuid.UUID,
+    claim_generation: int,
+    owner_id: str,
+    scheduler_epoch: int,
+) -> Task:
+    """Give the task back: READY, the attempt ends, its staged results can no longer be committed.
+
+    Conditional on naming the current attempt (FENCED otherwise), so a stale release never removes a newer
+    owner's claim. Releasing after one's own lease expired, with nobody else holding the task, is allowed.
+    """
+    log = RejectionLog(
+        AcceptancePoint.RELEASE,
+        principal=principal,
+        task_id=task_id,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        scheduler_epoch=scheduler_epoch,
+        owner_id=owner_id,
+    )
+    with log, transaction.atomic(durable=True):
+        ns = hold_namespace(task_id=task_id)
+        log.namespace_id = ns.id
+        task = lock_task(task_id)
+        _check_owner(principal, owner_id)
+        granted_epoch = resolve_attempt(task, attempt_id, principal)
+        check_authority(
+            task,
+            ns,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            scheduler_epoch=scheduler_epoch,
+            granted_epoch=granted_epoch,
+            owner_id=owner_id,
+        )
+        check_transition(task.state, TaskState.READY, "release")
+        Attempt.objects.filter(pk=attempt_id, ended_at__isnull=True).update(
+            ended_at=ns.now, end_reason=AttemptEnd.RELEASED
+        )
+        task.state = TaskState.READY
+        task.state_version += 1
+        task.attempt_id = task.owner_id = task.lease_expires_at = None
+        task.updated_at = ns.now
+        task.save(
+            update_fields=[
+                "state",
+                "state_version",
+                "attempt_id",
+                "owner_id",
+                "lease_expires_at",
+                "updated_at",
+            ]
+        )
+        new_event(
+            EventKind.RELEASED,
+            namespace_id=ns.id,
+            task_id=task_id,
+            at=ns.now,
+            principal=principal,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            scheduler_epoch=ns.scheduler_epoch,
+            owner_id=owner_id,
+            point=AcceptancePoint.RELEASE,
+        ).save(force_insert=True)
+    return task

@@ -1,0 +1,44 @@
+"""Principals and their bearer tokens. A token is shown once and stored only as its SHA-256."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from .. import clock
+from ..errors import Invalid
+from ..models import Principal, Role, Token
+
+TOKEN_PREFIX = "cp_"
+
+
+def hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    principal: Principal
+    token: str  # the only time the raw token exists outside the client
+
+
+def token_issue(*, name: str, role: str, pool: str = "") -> IssuedToken:
+    """Create the principal if needed (its role and pool must then match) and a new token for it."""
+    if role not in Role.values:
+        raise Invalid({"role": [f"must be one of {', '.join(Role.values)}"]})
+    with transaction.atomic(durable=True):
+        now = clock.now()
+        principal, created = Principal.objects.get_or_create(
+            name=name, defaults={"role": role, "pool": pool, "created_at": now}
+        )
+        if not created and principal.role != role:
+            raise Invalid({"role": [f"principal {name!r} exists with role {principal.role}"]})
+        if not created and pool and principal.pool != pool:
+            principal.pool = pool
+            principal.save(update_fields=["pool"])
+        raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        Token.objects.create(principal=principal, key_hash=hash_token(raw), prefix=raw[:10], created_at=now)
+    return IssuedToken(principal=principal, token=raw)

@@ -1,0 +1,262 @@
+"""Stage and commit results (claim-v1.md §5), and releasing successors by a canonical commit."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Exists, F, OuterRef
+
+from ..errors import Cancelled, Fenced, Forbidden, Invalid, NotFound, NotStaged, StaleInput
+from ..models import (
+    AcceptancePoint,
+    Attempt,
+    AttemptEnd,
+    EventKind,
+    Principal,
+    StagedResult,
+    Task,
+    TaskDependency,
+    TaskEvent,
+    TaskState,
+)
+from ..states import check_transition
+from ._base import NamespaceHold, RejectionLog, hold_namespace, lock_task, new_event, task_current
+from .leases import check_authority, resolve_attempt
+
+
+@dataclass(frozen=True)
+class Staged:
+    staged: StagedResult
+    created: bool
+
+
+@dataclass(frozen=True)
+class Committed:
+    result_commit_id: uuid.UUID
+    unblocked: list[str]
+    repeat: bool  # True: the stored answer to a commit that had already succeeded
+
+
+def result_stage(
+    *,
+    principal: Principal,
+    task_id: str,
+    attempt_id: uuid.UUID,
+    claim_generation: int,
+    result: Any,
+    result_digest: str,
+) -> Staged:
+    """Stage a result, isolated: never canonical, never visible as the task's result, never releases successors.
+
+    Any attempt of the task may stage whatever the task's state (fenced, released, cancelled attempts too): staging
+    grants nothing, the commit point decides. Staging the same digest again returns the existing record.
+    The serializer has already checked that ``result_digest`` is the digest of ``result``.
+    """
+    with transaction.atomic(durable=True):
+        ns = hold_namespace(task_id=task_id)
+        attempt = Attempt.objects.filter(pk=attempt_id, task_id=task_id).first()
+        if attempt is None:
+            if not Task.objects.filter(pk=task_id).exists():
+                raise NotFound("no such task")
+            raise Fenced("no such attempt of this task", reason="ATTEMPT", current={})
+        if attempt.owner_id != principal.owner_id:
+            raise Forbidden(f"attempt {attempt_id} is not {principal.owner_id!r}'s")
+        if attempt.claim_generation != claim_generation:
+            raise Fenced(
+                f"attempt {attempt_id} holds claim_generation {attempt.claim_generation}, not {claim_generation}",
+                reason="GENERATION",
+                current={"claim_generation": attempt.claim_generation},
+            )
+        existing = StagedResult.objects.filter(attempt_id=attempt_id, result_digest=result_digest).first()
+        if existing is not None:
+            return Staged(existing, created=False)
+        staged = StagedResult.objects.create(
+            task_id=task_id,
+            attempt_id=attempt_id,
+            result=result,
+            result_digest=result_digest,
+            staged_at=ns.now,
+        )
+        new_event(
+            EventKind.RESULT_STAGED,
+            namespace_id=ns.id,
+            task_id=task_id,
+            at=ns.now,
+            principal=principal,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            scheduler_epoch=attempt.scheduler_epoch,
+            owner_id=attempt.owner_id,
+            detail={"staged_result_id": str(staged.pk), "result_digest": result_digest},
+        ).save(force_insert=True)
+    return Staged(staged, created=True)
+
+
+def task_commit(
+    *,
+    principal: Principal,
+    task_id: str,
+    attempt_id: uuid.UUID,
+    scheduler_epoch: int,
+    claim_generation: int,
+    observed_cancel_generation: int,
+    input_digest: str,
+    result_digest: str,
+    resources: list[dict[str, Any]] | None = None,
+) -> Committed:
+    """Make a staged result the task's one canonical result. Every check is made again here, at the commit
+    point, in one transaction with the task row locked; earlier checks by the worker only save wasted work.
+
+    0. A repeat of a commit that succeeded (same attempt and result_digest) returns the stored answer.
+    1. CANCELLED: the task is cancelled, or observed_cancel_generation is not current.
+    2. FENCED: EPOCH (the epoch rule), GENERATION, ATTEMPT (not the current attempt or not CLAIMED),
+       LEASE_EXPIRED.
+    3. STALE_INPUT: input_digest is not the current input's.
+    4. (resources: claim-v1.md §7, with the resource registry)
+    5. NOT_STAGED: this attempt staged no result with this digest.
+    Then: the staged row becomes canonical (a partial unique index allows one per task), the task COMMITTED,
+    the attempt ends, and successors whose predecessors are now all committed become READY.
+    """
+    log = RejectionLog(
+        AcceptancePoint.COMMIT,
+        principal=principal,
+        task_id=task_id,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        scheduler_epoch=scheduler_epoch,
+    )
+    with log, transaction.atomic(durable=True):
+        ns = hold_namespace(task_id=task_id)
+        log.namespace_id = ns.id
+        task = lock_task(task_id)
+        _check_resources_named(task, resources)
+        granted_epoch = resolve_attempt(task, attempt_id, principal)
+        if (
+            task.state == TaskState.COMMITTED
+            and task.attempt_id == attempt_id
+            and task.result_digest == result_digest
+        ):
+            stored = StagedResult.objects.get(task_id=task_id, canonical=True)
+            return Committed(result_commit_id=stored.commit_id, unblocked=list(stored.unblocked), repeat=True)
+        current = task_current(task, ns)
+        if task.state == TaskState.CANCELLED or observed_cancel_generation != task.cancel_generation:
+            raise Cancelled("the task was cancelled", current=current)
+        check_authority(
+            task,
+            ns,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            scheduler_epoch=scheduler_epoch,
+            granted_epoch=granted_epoch,
+        )
+        if task.lease_expires_at <= ns.now:
+            raise Fenced("the lease ran out before the commit", reason="LEASE_EXPIRED", current=current)
+        if input_digest != task.input_digest:
+            raise StaleInput("the input was revised: re-read it and compute again", current=current)
+        staged = StagedResult.objects.filter(attempt_id=attempt_id, result_digest=result_digest).first()
+        if staged is None:
+            raise NotStaged("this attempt staged no result with this digest", current=current)
+        check_transition(task.state, TaskState.COMMITTED, "commit")
+
+        commit_id = uuid.uuid4()
+        task.state = TaskState.COMMITTED
+        task.state_version += 1
+        task.result_commit_id = commit_id
+        task.result_digest = result_digest
+        task.result = staged.result
+        task.lease_expires_at = None
+        task.updated_at = ns.now
+        task.save(
+            update_fields=[
+                "state",
+                "state_version",
+                "result_commit_id",
+                "result_digest",
+                "result",
+                "lease_expires_at",
+                "updated_at",
+            ]
+        )
+        Attempt.objects.filter(pk=attempt_id).update(ended_at=ns.now, end_reason=AttemptEnd.COMMITTED)
+        unblocked = _unblock_successors(task, ns=ns, principal=principal)
+        StagedResult.objects.filter(pk=staged.pk).update(
+            canonical=True, commit_id=commit_id, committed_at=ns.now, unblocked=unblocked
+        )
+        new_event(
+            EventKind.RESULT_COMMITTED,
+            namespace_id=ns.id,
+            task_id=task_id,
+            at=ns.now,
+            principal=principal,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            scheduler_epoch=ns.scheduler_epoch,
+            owner_id=task.owner_id,
+            point=AcceptancePoint.COMMIT,
+            detail={
+                "result_commit_id": str(commit_id),
+                "result_digest": result_digest,
+                "unblocked": unblocked,
+            },
+        ).save(force_insert=True)
+    return Committed(result_commit_id=commit_id, unblocked=unblocked, repeat=False)
+
+
+def _check_resources_named(task: Task, resources: list[dict[str, Any]] | None) -> None:
+    """A commit names exactly the resources the task lists, each once: it can neither skip one it holds nor
+    write one it does not (400)."""
+    named = [item["resource_key"] for item in resources or []]
+    if len(named) != len(set(named)) or sorted(named) != sorted(task.resources):
+        raise Invalid(
+            {"resources": [f"must name exactly the task's resources, each once: {sorted(task.resources)}"]}
+        )
+
+
+def _unblock_successors(task: Task, *, ns: NamespaceHold, principal: Principal) -> list[str]:
+    """Successors of ``task`` (now COMMITTED in this transaction) whose predecessors are all committed become
+    READY. Only a canonical commit reaches here, so staged and fenced results never release a successor.
+
+    The BLOCKED successors are locked first (in key order, so two committers never deadlock): when two
+    predecessors of one task commit at once, the second waits on the first's lock and then — a new statement
+    in READ COMMITTED — sees the first's commit, so one of them always releases the successor.
+    """
+    waiting = list(
+        Task.objects.select_for_update(no_key=True)
+        .filter(dependency_links__depends_on_id=task.pk, state=TaskState.BLOCKED)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    if not waiting:
+        return []
+    open_predecessor = TaskDependency.objects.filter(task_id=OuterRef("pk")).exclude(
+        depends_on__state=TaskState.COMMITTED
+    )
+    ready = list(
+        Task.objects.filter(pk__in=waiting)
+        .exclude(Exists(open_predecessor))
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    if not ready:
+        return []
+    check_transition(TaskState.BLOCKED, TaskState.READY, "unblock")
+    Task.objects.filter(pk__in=ready, state=TaskState.BLOCKED).update(
+        state=TaskState.READY, state_version=F("state_version") + 1, updated_at=ns.now
+    )
+    TaskEvent.objects.bulk_create(
+        [
+            new_event(
+                EventKind.UNBLOCKED,
+                namespace_id=ns.id,
+                task_id=successor,
+                at=ns.now,
+                principal=principal,
+                detail={"by": task.pk, "result_commit_id": str(task.result_commit_id)},
+            )
+            for successor in ready
+        ]
+    )
+    return ready

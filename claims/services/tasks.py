@@ -1,0 +1,277 @@
+"""Creating tasks and the operator's changes to them: cancel, requeue, revise input."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+
+from ..digest import digest
+from ..errors import Invalid, InvalidTransition, NotCancellable, NotFound, NotRevisable, TaskExists
+from ..models import (
+    Attempt,
+    AttemptEnd,
+    EventKind,
+    Principal,
+    ReplayPolicy,
+    Role,
+    Task,
+    TaskDependency,
+    TaskState,
+)
+from ..states import check_transition
+from ._base import audit, hold_namespace, lock_task, new_event, task_current
+
+
+@dataclass(frozen=True)
+class TaskCreated:
+    task: Task
+    created: bool  # False: an idempotent repeat of an identical create
+
+
+def _predecessor_states(ids: list[str], namespace_id: int) -> dict[str, str]:
+    """The predecessors' states, each row held FOR SHARE until this transaction ends.
+
+    Closes the race where a predecessor's commit runs while this transaction decides BLOCKED: the commit holds
+    the predecessor row FOR NO KEY UPDATE, so we wait for it and then read COMMITTED; a commit that starts after
+    us waits for us and then finds this task among the successors it unblocks.
+    """
+    if not ids:
+        return {}
+    rows = Task.objects.filter(pk__in=ids, namespace_id=namespace_id).order_by("pk")
+    if connection.vendor == "postgresql":
+        table = Task._meta.db_table
+        placeholders = ",".join(["%s"] * len(ids))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT task_id, state FROM {table} WHERE task_id IN ({placeholders}) AND namespace_id = %s "
+                "ORDER BY task_id FOR SHARE",
+                [*ids, namespace_id],
+            )
+            return dict(cursor.fetchall())
+    return dict(rows.values_list("pk", "state"))
+
+
+def task_create(
+    *,
+    principal: Principal,
+    node_id: str,
+    input: Any,
+    task_id: str | None = None,
+    namespace: str = "default",
+    depends_on: list[str] | None = None,
+    replay_policy: str = ReplayPolicy.REPLAYABLE,
+    resources: list[str] | None = None,
+) -> TaskCreated:
+    """Create a task READY, or BLOCKED while a predecessor is uncommitted. Idempotent on identical input.
+
+    1. Hold the namespace (unknown: 400 — it is a field of the body).
+    2. An existing task_id: the same definition is a repeat (200), anything else TASK_EXISTS.
+    3. Predecessors must exist in the namespace (400 otherwise); their states decide READY or BLOCKED.
+    """
+    depends_on = list(dict.fromkeys(depends_on or []))
+    resources = list(dict.fromkeys(resources or []))
+    input_digest = digest(input)
+    task_id = task_id or str(uuid.uuid4())
+    with transaction.atomic(durable=True):
+        try:
+            ns = hold_namespace(name=namespace)
+        except NotFound:  # a name in the body is a field error, not a missing resource
+            raise Invalid({"namespace": [f"unknown namespace {namespace!r}"]}) from None
+        existing = Task.objects.filter(pk=task_id).first()
+        if existing is not None:
+            same = (
+                existing.namespace_id == ns.id
+                and existing.node_id == node_id
+                and existing.input_digest == input_digest
+                and sorted(existing.depends_on) == sorted(depends_on)
+                and existing.replay_policy == replay_policy
+                and sorted(existing.resources) == sorted(resources)
+            )
+            if same:
+                return TaskCreated(existing, created=False)
+            raise TaskExists(
+                f"task {task_id} exists with another definition", current=task_current(existing, ns)
+            )
+        errors: dict[str, list[str]] = {}
+        if task_id in depends_on:
+            errors["depends_on"] = ["a task cannot depend on itself"]
+        states = _predecessor_states(depends_on, ns.id)
+        unknown = [dep for dep in depends_on if dep not in states]
+        if unknown:
+            errors.setdefault("depends_on", []).append(
+                f"unknown task(s) in namespace {ns.name!r}: {', '.join(unknown)}"
+            )
+        if resources:
+            # The resource registry (claim-v1.md §7) is not part of this build yet: no key is known.
+            errors["resources"] = [f"unknown resource(s): {', '.join(resources)}"]
+        if errors:
+            raise Invalid(errors)
+        blocked = any(state != TaskState.COMMITTED for state in states.values())
+        task = Task.objects.create(
+            task_id=task_id,
+            namespace_id=ns.id,
+            node_id=node_id,
+            input=input,
+            input_digest=input_digest,
+            depends_on=depends_on,
+            replay_policy=replay_policy,
+            resources=resources,
+            state=TaskState.BLOCKED if blocked else TaskState.READY,
+            created_at=ns.now,
+            updated_at=ns.now,
+        )
+        TaskDependency.objects.bulk_create(
+            [TaskDependency(task=task, depends_on_id=dep) for dep in depends_on]
+        )
+        new_event(
+            EventKind.TASK_CREATED,
+            namespace_id=ns.id,
+            task_id=task.task_id,
+            at=ns.now,
+            principal=principal,
+            detail={
+                "state": task.state,
+                "node_id": node_id,
+                "input_digest": input_digest,
+                "depends_on": depends_on,
+            },
+        ).save(force_insert=True)
+        if principal.role != Role.WORKER:
+            audit(
+                principal=principal, action="task_create", at=ns.now, namespace=ns.name, target=task.task_id
+            )
+    return TaskCreated(task, created=True)
+
+
+def _end_current_attempt(task: Task, *, reason: AttemptEnd, at) -> None:
+    if task.attempt_id is not None:
+        Attempt.objects.filter(pk=task.attempt_id, ended_at__isnull=True).update(
+            ended_at=at, end_reason=reason
+        )
+
+
+def task_cancel(*, principal: Principal, task_id: str, reason: str) -> Task:
+    """Cancel: cancel_generation+1, state CANCELLED, the current attempt ends. A commit is final
+    (NOT_CANCELLABLE). Cancelling a cancelled task changes nothing and answers with the task as it is."""
+    with transaction.atomic(durable=True):
+        ns = hold_namespace(task_id=task_id)
+        task = lock_task(task_id)
+        if task.state == TaskState.COMMITTED:
+            raise NotCancellable("a committed task cannot be cancelled", current=task_current(task, ns))
+        if task.state == TaskState.CANCELLED:
+            return task
+        check_transition(task.state, TaskState.CANCELLED, "cancel")
+        ended = {
+            "attempt_id": task.attempt_id,
+            "claim_generation": task.claim_generation,
+            "owner_id": task.owner_id,
+        }
+        _end_current_attempt(task, reason=AttemptEnd.CANCELLED, at=ns.now)
+        task.state = TaskState.CANCELLED
+        task.cancel_generation += 1
+        task.state_version += 1
+        task.attempt_id = task.owner_id = task.lease_expires_at = None
+        task.updated_at = ns.now
+        task.save(
+            update_fields=[
+                "state",
+                "cancel_generation",
+                "state_version",
+                "attempt_id",
+                "owner_id",
+                "lease_expires_at",
+                "updated_at",
+            ]
+        )
+        new_event(
+            EventKind.CANCELLED,
+            namespace_id=ns.id,
+            task_id=task_id,
+            at=ns.now,
+            principal=principal,
+            attempt_id=ended["attempt_id"],
+            claim_generation=ended["claim_generation"],
+            owner_id=ended["owner_id"],
+            detail={"reason": reason, "cancel_generation": task.cancel_generation},
+        ).save(force_insert=True)
+        audit(
+            principal=principal,
+            action="task_cancel",
+            at=ns.now,
+            namespace=ns.name,
+            target=task_id,
+            reason=reason,
+        )
+    return task
+
+
+def task_requeue(*, principal: Principal, task_id: str) -> Task:
+    """A CANCELLED task back to READY (BLOCKED while a predecessor is uncommitted). cancel_generation stays,
+    so attempts from before the cancel stay cancelled."""
+    with transaction.atomic(durable=True):
+        ns = hold_namespace(task_id=task_id)
+        task = lock_task(task_id)
+        if task.state != TaskState.CANCELLED:
+            raise InvalidTransition("only a CANCELLED task can be requeued", current=task_current(task, ns))
+        states = _predecessor_states(list(task.depends_on), ns.id)
+        target = (
+            TaskState.BLOCKED if any(s != TaskState.COMMITTED for s in states.values()) else TaskState.READY
+        )
+        check_transition(task.state, target, "requeue")
+        task.state = target
+        task.state_version += 1
+        task.updated_at = ns.now
+        task.save(update_fields=["state", "state_version", "updated_at"])
+        new_event(
+            EventKind.REQUEUED,
+            namespace_id=ns.id,
+            task_id=task_id,
+            at=ns.now,
+            principal=principal,
+            detail={"state": target},
+        ).save(force_insert=True)
+        audit(principal=principal, action="task_requeue", at=ns.now, namespace=ns.name, target=task_id)
+    return task
+
+
+def task_revise_input(*, principal: Principal, task_id: str, input: Any) -> Task:
+    """New input: new input_digest, state_version+1. A claim in flight stays; its commit with the old digest
+    gets STALE_INPUT. Revising to the identical input changes nothing (no version bump, no stale claims)."""
+    new_digest = digest(input)
+    with transaction.atomic(durable=True):
+        ns = hold_namespace(task_id=task_id)
+        task = lock_task(task_id)
+        if task.state in (TaskState.COMMITTED, TaskState.CANCELLED):
+            raise NotRevisable(f"a {task.state} task's input cannot change", current=task_current(task, ns))
+        if task.input_digest == new_digest:
+            return task
+        previous = task.input_digest
+        task.input = input
+        task.input_digest = new_digest
+        task.state_version += 1
+        task.updated_at = ns.now
+        task.save(update_fields=["input", "input_digest", "state_version", "updated_at"])
+        new_event(
+            EventKind.INPUT_REVISED,
+            namespace_id=ns.id,
+            task_id=task_id,
+            at=ns.now,
+            principal=principal,
+            detail={
+                "previous_digest": previous,
+                "input_digest": new_digest,
+                "state_version": task.state_version,
+            },
+        ).save(force_insert=True)
+        audit(
+            principal=principal,
+            action="task_revise_input",
+            at=ns.now,
+            namespace=ns.name,
+            target=task_id,
+            detail={"input_digest": new_digest},
+        )
+    return task

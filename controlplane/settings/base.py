@@ -1,0 +1,165 @@
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from .env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+VAR_DIR = Path(env_str("CONTROLPLANE_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("DEBUG", False)
+
+
+def _secret_key() -> str:
+    """SECRET_KEY from the environment; the embedded default keeps one of its own in var/."""
+    from_env = env_str("SECRET_KEY", "")
+    if from_env:
+        if len(from_env) < 32:
+            raise ImproperlyConfigured("SECRET_KEY must be at least 32 characters")
+        return from_env
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(48))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_prometheus",
+    "claims",
+    "rollout",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "controlplane.urls"
+WSGI_APPLICATION = "controlplane.wsgi.application"
+APPEND_SLASH = False  # the contract's paths have no trailing slash
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database -------------------------------------------------------------------------------------
+# Embedded default: SQLite in var/, every transaction BEGIN IMMEDIATE so writers serialise exactly as
+# row locks serialise them on PostgreSQL. DATABASE_URL switches to PostgreSQL (psycopg 3).
+DATABASE_URL = env_str("DATABASE_URL", "")
+if DATABASE_URL:
+    _db = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0))
+    if _db["ENGINE"] not in ("django.db.backends.postgresql", "django.db.backends.sqlite3"):
+        raise ImproperlyConfigured("DATABASE_URL must be a postgres:// or sqlite:// URL")
+    _db.setdefault("OPTIONS", {})
+    if _db["ENGINE"] == "django.db.backends.sqlite3":
+        _db["OPTIONS"].update({"transaction_mode": "IMMEDIATE", "timeout": 30})
+    _db["CONN_HEALTH_CHECKS"] = True
+    _db.setdefault("TEST", {})
+    if env_str("TEST_DATABASE_NAME", ""):
+        _db["TEST"]["NAME"] = env_str("TEST_DATABASE_NAME")
+else:
+    _db = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": VAR_DIR / "controlplane.sqlite3",
+        "OPTIONS": {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+    }
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True  # serve app static files without collectstatic on the embedded default
+
+# --- REST API -------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["claims.auth.BearerTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["claims.permissions.AnyRole"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PAGINATION_CLASS": "claims.pagination.Pagination",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "claims.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "claim control plane — claim.v1",
+    "DESCRIPTION": (
+        "Fenced claims for multi-agent work. Outcome words, fields and status codes follow the frozen "
+        "claim.v1 contract. Every decision uses the database clock. 409 bodies are "
+        "`{outcome, reason, detail, current}`; 400 bodies are `{outcome: INVALID, errors}`."
+    ),
+    "VERSION": "claim.v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- claim.v1 -------------------------------------------------------------------------------------
+LEASE_MIN_SECONDS = env_int("LEASE_MIN_SECONDS", 1, minimum=1)
+LEASE_MAX_SECONDS = env_int("LEASE_MAX_SECONDS", 300, minimum=1)
+if LEASE_MAX_SECONDS < LEASE_MIN_SECONDS:
+    raise ImproperlyConfigured("LEASE_MAX_SECONDS must be at least LEASE_MIN_SECONDS")
+# Upper bound of any JSON value a client may send (task input, staged result), in bytes.
+CLAIMS_MAX_VALUE_BYTES = env_int("CLAIMS_MAX_VALUE_BYTES", 1_000_000, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = CLAIMS_MAX_VALUE_BYTES * 2 + 65536
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")

@@ -1,0 +1,26 @@
+"""Celery: Redis or RabbitMQ from CELERY_BROKER_URL; the embedded default is kombu's filesystem broker."""
+
+from __future__ import annotations
+
+from .base import VAR_DIR
+from .env import env_bool, env_str
+
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL == "filesystem://":
+    _queue_dir = VAR_DIR / "broker"
+    for _sub in ("out", "processed"):
+        (_queue_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue_dir / "out"),
+        "data_folder_out": str(_queue_dir / "out"),
+        "data_folder_processed": str(_queue_dir / "processed"),
+    }
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import JsonResponse
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+
+def not_found(request, exception=None):
+    return JsonResponse({"outcome": "NOT_FOUND", "detail": "no such endpoint"}, status=404)
+
+
+def server_error(request):
+    return JsonResponse({"outcome": "ERROR", "detail": "internal error"}, status=500)
+
+
+def bad_request(request, exception=None):
+    return JsonResponse({"outcome": "INVALID", "errors": {"body": ["bad request"]}}, status=400)
+
+
+handler400 = bad_request
+handler404 = not_found
+handler500 = server_error
+
+urlpatterns = [
+    path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/v1/", include("claims.urls")),
+    path("admin/", admin.site.urls),
+    path("", include("django_prometheus.urls")),
+]
