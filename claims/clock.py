@@ -1,7 +1,7 @@
 """The database clock. Every lease decision reads time here, never from a worker and never from Python.
 
-On PostgreSQL ``now()`` is the transaction's start time, so every comparison inside one service call sees one
-instant. The embedded SQLite database lives in the server's own process, so its clock is the server's clock.
+On PostgreSQL it is ``statement_timestamp()``; a service reads it once (with the namespace row) and makes every
+comparison of its transaction against that one instant. The embedded SQLite database lives in the server's own process, so its clock is the server's clock.
 
 ``travel`` moves the clock forward for the suite's controllable-clock fixture (acceptance.md: no wall-clock
 sleeps to make races). It is an offset added to the database's answer, shared by every thread of the process.
@@ -20,7 +20,7 @@ _offset = timedelta(0)
 def now() -> datetime:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT now()")
+            cursor.execute("SELECT statement_timestamp()")
             (value,) = cursor.fetchone()
     else:
         value = timezone.now()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from drf_spectacular.extensions import OpenApiAuthenticatorExtension
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
 
-class BearerTokenScheme(OpenApiAuthenticatorExtension):
+class BearerTokenScheme(OpenApiAuthenticationExtension):
     target_class = "claims.auth.BearerTokenAuthentication"
     name = "bearer"
 

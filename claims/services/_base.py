@@ -46,7 +46,7 @@ def hold_namespace(*, name: str | None = None, task_id: str | None = None) -> Na
     else:
         where, param = "n.name = %s", name
     if connection.vendor == "postgresql":
-        sql = f"SELECT n.id, n.name, n.scheduler_epoch, n.claims_paused, n.stage, now() FROM {_NS} n WHERE {where} FOR SHARE"
+        sql = f"SELECT n.id, n.name, n.scheduler_epoch, n.claims_paused, n.stage, statement_timestamp() FROM {_NS} n WHERE {where} FOR SHARE"
     else:
         sql = f"SELECT n.id, n.name, n.scheduler_epoch, n.claims_paused, n.stage, NULL FROM {_NS} n WHERE {where}"
     with connection.cursor() as cursor:

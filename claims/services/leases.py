@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
+from .. import interleave
 from ..errors import (
     Cancelled,
     ClaimsPaused,
@@ -146,6 +147,7 @@ def task_claim(
                 raise NotClaimable(f"task is {task.state}", reason=reason, current=task_current(task, ns))
             target = TaskState.CLAIMED
             check_transition(task.state, target, "reclaim" if task.state == TaskState.CLAIMED else "claim")
+            interleave.reach("task_claim.read")
             attempt_id = uuid.uuid4()
             values = _claim_values(
                 task, ns=ns, owner_id=owner_id, ttl_seconds=ttl_seconds, attempt_id=attempt_id

@@ -9,6 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef
 
+from .. import interleave
 from ..errors import Cancelled, Fenced, Forbidden, Invalid, NotFound, NotStaged, StaleInput
 from ..models import (
     AcceptancePoint,
@@ -160,6 +161,7 @@ def task_commit(
         if staged is None:
             raise NotStaged("this attempt staged no result with this digest", current=current)
         check_transition(task.state, TaskState.COMMITTED, "commit")
+        interleave.reach("task_commit.checked")
 
         commit_id = uuid.uuid4()
         task.state = TaskState.COMMITTED

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from .. import interleave
 from ..digest import digest
 from ..errors import Invalid, InvalidTransition, NotCancellable, NotFound, NotRevisable, TaskExists
 from ..models import (
@@ -164,6 +165,7 @@ def task_cancel(*, principal: Principal, task_id: str, reason: str) -> Task:
         if task.state == TaskState.CANCELLED:
             return task
         check_transition(task.state, TaskState.CANCELLED, "cancel")
+        interleave.reach("task_cancel.locked")
         ended = {
             "attempt_id": task.attempt_id,
             "claim_generation": task.claim_generation,

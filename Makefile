@@ -1,0 +1,41 @@
+# Two commands do all the set-up on a fresh machine:
+#   make run    the control plane on the embedded default (SQLite + filesystem broker) at http://127.0.0.1:8000
+#   make test   the whole suite (PostgreSQL when DATABASE_URL is set, else SQLite, skipping visibly what needs PG)
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test lint format migrate bench clean
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+migrate: $(BIN)/.installed
+	$(BIN)/python manage.py migrate --no-input -v 0
+
+run: migrate
+	@echo "claim control plane on http://$(HOST):$(PORT)/api/v1/docs/  (tokens: $(BIN)/python manage.py issue_token --role worker --name w1)"
+	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+
+test: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(BIN)/.installed
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: $(BIN)/.installed
+	$(BIN)/python bench/claims.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache

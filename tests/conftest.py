@@ -1,0 +1,255 @@
+"""Named actors and the controllable clock.
+
+``worker_a``, ``worker_b`` … are workers with their own tokens and API clients; ``operator`` and ``oncall``
+likewise. Each actor offers the contract's calls, returning the HTTP response, so a test reads like the
+contract: ``worker_a.claim(task)``, ``worker_b.commit(task, claim, result)``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.db import connection, connections
+from rest_framework.test import APIClient
+
+from claims import clock, interleave
+from claims.digest import digest
+from claims.models import Namespace
+from claims.services import token_issue
+
+
+def pytest_collection_modifyitems(config, items):
+    from django.conf import settings
+
+    if settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        return
+    skip = pytest.mark.skip(reason="needs PostgreSQL over several connections (set DATABASE_URL)")
+    for item in items:
+        if "postgres" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _reset_clock_and_hooks() -> Iterator[None]:
+    clock.reset()
+    interleave.clear()
+    yield
+    clock.reset()
+    interleave.clear()
+
+
+class Clock:
+    """The controllable clock: moves the database clock's reading forward, no sleeping."""
+
+    def travel(self, seconds: float) -> None:
+        clock.travel(seconds)
+
+    def now(self):
+        return clock.now()
+
+
+@pytest.fixture
+def db_clock() -> Clock:
+    return Clock()
+
+
+@dataclass
+class Actor:
+    name: str
+    role: str
+    token: str
+    client: APIClient
+
+    def post(self, path: str, body: Any = None):
+        return self.client.post(f"/api/v1{path}", body if body is not None else {}, format="json")
+
+    def get(self, path: str, **params):
+        return self.client.get(f"/api/v1{path}", params)
+
+    # --- the contract's calls, with defaults a well-behaved worker would send ---
+    def create(self, node_id: str = "node", input: Any = None, **fields):
+        return self.post("/tasks", {"node_id": node_id, "input": input if input is not None else {"n": 1}, **fields})
+
+    def claim(self, task_id: str, *, epoch: int = 1, ttl: int = 30, **fields):
+        body = {"owner_id": self.name, "scheduler_epoch": epoch, "ttl_seconds": ttl, **fields}
+        return self.post(f"/tasks/{task_id}/claim", body)
+
+    def claim_next(self, *, epoch: int = 1, ttl: int = 30, **fields):
+        return self.post("/claims", {"owner_id": self.name, "scheduler_epoch": epoch, "ttl_seconds": ttl, **fields})
+
+    def renew(self, claim: dict, *, extend: int = 30, **override):
+        body = {
+            "attempt_id": claim["attempt_id"],
+            "claim_generation": claim["claim_generation"],
+            "owner_id": self.name,
+            "scheduler_epoch": claim["scheduler_epoch"],
+            "cancel_generation": claim["cancel_generation"],
+            "extend_seconds": extend,
+            **override,
+        }
+        return self.post(f"/tasks/{claim['task_id']}/renew", body)
+
+    def release(self, claim: dict, **override):
+        body = {
+            "attempt_id": claim["attempt_id"],
+            "claim_generation": claim["claim_generation"],
+            "owner_id": self.name,
+            "scheduler_epoch": claim["scheduler_epoch"],
+            **override,
+        }
+        return self.post(f"/tasks/{claim['task_id']}/release", body)
+
+    def stage(self, claim: dict, result: Any, **override):
+        body = {
+            "attempt_id": claim["attempt_id"],
+            "claim_generation": claim["claim_generation"],
+            "result": result,
+            "result_digest": digest(result),
+            **override,
+        }
+        return self.post(f"/tasks/{claim['task_id']}/results", body)
+
+    def commit(self, claim: dict, result: Any, **override):
+        body = {
+            "attempt_id": claim["attempt_id"],
+            "scheduler_epoch": claim["scheduler_epoch"],
+            "claim_generation": claim["claim_generation"],
+            "observed_cancel_generation": claim["cancel_generation"],
+            "input_digest": claim["input_digest"],
+            "result_digest": digest(result),
+            **override,
+        }
+        return self.post(f"/tasks/{claim['task_id']}/commit", body)
+
+    def finish(self, claim: dict, result: Any):
+        """Stage then commit: the healthy path."""
+        staged = self.stage(claim, result)
+        assert staged.status_code == 201, staged.content
+        return self.commit(claim, result)
+
+
+def ensure_default_namespace() -> None:
+    """Transactional tests flush every table afterwards, the migration's `default` namespace included; put it
+    back as the migration made it."""
+    from django.utils import timezone
+
+    now = timezone.now()
+    Namespace.objects.get_or_create(name="default", defaults={"created_at": now, "updated_at": now})
+
+
+def make_actor(name: str, role: str, pool: str = "") -> Actor:
+    ensure_default_namespace()
+    issued = token_issue(name=name, role=role, pool=pool)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.token}")
+    return Actor(name=name, role=role, token=issued.token, client=client)
+
+
+@pytest.fixture
+def worker_a(db) -> Actor:
+    return make_actor("worker-a", "worker", "v1")
+
+
+@pytest.fixture
+def worker_b(db) -> Actor:
+    return make_actor("worker-b", "worker", "v1")
+
+
+@pytest.fixture
+def worker_c(db) -> Actor:
+    return make_actor("worker-c", "worker", "v1")
+
+
+@pytest.fixture
+def operator(db) -> Actor:
+    return make_actor("olivia-operator", "operator")
+
+
+@pytest.fixture
+def oncall(db) -> Actor:
+    return make_actor("oscar-oncall", "oncall")
+
+
+@pytest.fixture
+def anonymous() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def default_namespace(db) -> Namespace:
+    ensure_default_namespace()
+    return Namespace.objects.get(name="default")
+
+
+@pytest.fixture
+def ready_task(operator) -> str:
+    response = operator.create(node_id="build-parser", input={"source": "grammar.y"})
+    assert response.status_code == 201, response.content
+    return response.json()["task_id"]
+
+
+# --- several connections ---------------------------------------------------------------------------
+
+
+def run_in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    """Run ``fn`` in a thread with its own database connection; the outcome lands in the returned dict."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            box["error"] = exc
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, box
+
+
+class Pause:
+    """Blocks the thread that reaches ``point`` until the test calls ``resume()``."""
+
+    def __init__(self, point: str, *, times: int = 1):
+        self.point = point
+        self.reached = threading.Event()
+        self._resume = threading.Event()
+        self._lock = threading.Lock()
+        self._left = times
+        interleave.install(point, self._hook)
+
+    def _hook(self) -> None:
+        with self._lock:
+            if self._left <= 0:
+                return
+            self._left -= 1
+        self.reached.set()
+        assert self._resume.wait(30), f"nobody resumed {self.point}"
+
+    def wait_reached(self) -> None:
+        assert self.reached.wait(30), f"no thread reached {self.point}"
+
+    def resume(self) -> None:
+        self._resume.set()
+
+
+def wait_for_lock_waiters(count: int, timeout: float = 20.0) -> None:
+    """Poll pg_stat_activity until ``count`` backends wait on a row lock (the competing transaction has
+    really queued behind the paused one). Polling a condition, not sleeping to make a race."""
+    deadline = time.monotonic() + timeout
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'"
+            )
+            if cursor.fetchone()[0] >= count:
+                return
+            time.sleep(0.01)
+    raise AssertionError(f"fewer than {count} transactions waited on a lock within {timeout}s")
