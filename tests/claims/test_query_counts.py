@@ -1,0 +1,75 @@
+"""The hot paths stay a handful of statements (NetBox-style pinned counts). A change that adds a query to a
+claim or a commit must change the number here, on purpose.
+
+Counts are per service call, including the statements of its transaction (BEGIN/COMMIT are not counted by
+Django) and excluding authentication. Through the API, authentication adds one query (the token lookup).
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from claims import services
+from claims.digest import digest
+from claims.models import Principal
+
+# statement counts per path; the same on PostgreSQL and SQLite
+PINNED = {
+    "claim": 5,  # namespace FOR SHARE + clock, read task, CAS update, insert attempt, insert event
+    "reclaim": 6,  # + end the previous attempt
+    "claim_next": 5,  # namespace, SKIP LOCKED pick, update, insert attempt, insert event
+    "renew": 4,  # namespace, lock task, update, event
+    "stage": 5,  # namespace, attempt, existing?, insert, event
+    "commit": 8,  # namespace, lock task, staged, update task, end attempt, successors, canonical, event
+}
+
+
+def _count(fn) -> tuple[int, object]:
+    with CaptureQueriesContext(connection) as ctx:
+        value = fn()
+    statements = [q["sql"] for q in ctx.captured_queries if not q["sql"].upper().startswith(("SAVEPOINT", "RELEASE"))]
+    return len(statements), value
+
+
+@pytest.fixture
+def worker(worker_a) -> Principal:
+    return Principal.objects.get(name=worker_a.name)
+
+
+def test_claim_and_commit_paths_are_pinned(worker, operator, db_clock):
+    task_id = operator.create().json()["task_id"]
+    operator.create()
+    counts = {}
+
+    counts["claim"], grant = _count(
+        lambda: services.task_claim(principal=worker, task_id=task_id, owner_id=worker.name, scheduler_epoch=1,
+                                    ttl_seconds=5)
+    )
+    db_clock.travel(6)
+    counts["reclaim"], grant = _count(
+        lambda: services.task_claim(principal=worker, task_id=task_id, owner_id=worker.name, scheduler_epoch=1,
+                                    ttl_seconds=30)
+    )
+    counts["renew"], _ = _count(
+        lambda: services.task_renew(principal=worker, task_id=task_id, attempt_id=grant.attempt_id,
+                                    claim_generation=grant.task.claim_generation, owner_id=worker.name,
+                                    scheduler_epoch=1, cancel_generation=0, extend_seconds=30)
+    )
+    counts["stage"], _ = _count(
+        lambda: services.result_stage(principal=worker, task_id=task_id, attempt_id=grant.attempt_id,
+                                      claim_generation=grant.task.claim_generation, result={"r": 1},
+                                      result_digest=digest({"r": 1}))
+    )
+    counts["commit"], _ = _count(
+        lambda: services.task_commit(principal=worker, task_id=task_id, attempt_id=grant.attempt_id,
+                                     scheduler_epoch=1, claim_generation=grant.task.claim_generation,
+                                     observed_cancel_generation=0, input_digest=grant.task.input_digest,
+                                     result_digest=digest({"r": 1}))
+    )
+    counts["claim_next"], _ = _count(
+        lambda: services.task_claim_next(principal=worker, owner_id=worker.name, scheduler_epoch=1, ttl_seconds=30)
+    )
+
+    assert counts == PINNED
