@@ -73,14 +73,18 @@ class Actor:
 
     # --- the contract's calls, with defaults a well-behaved worker would send ---
     def create(self, node_id: str = "node", input: Any = None, **fields):
-        return self.post("/tasks", {"node_id": node_id, "input": input if input is not None else {"n": 1}, **fields})
+        return self.post(
+            "/tasks", {"node_id": node_id, "input": input if input is not None else {"n": 1}, **fields}
+        )
 
     def claim(self, task_id: str, *, epoch: int = 1, ttl: int = 30, **fields):
         body = {"owner_id": self.name, "scheduler_epoch": epoch, "ttl_seconds": ttl, **fields}
         return self.post(f"/tasks/{task_id}/claim", body)
 
     def claim_next(self, *, epoch: int = 1, ttl: int = 30, **fields):
-        return self.post("/claims", {"owner_id": self.name, "scheduler_epoch": epoch, "ttl_seconds": ttl, **fields})
+        return self.post(
+            "/claims", {"owner_id": self.name, "scheduler_epoch": epoch, "ttl_seconds": ttl, **fields}
+        )
 
     def renew(self, claim: dict, *, extend: int = 30, **override):
         body = {

@@ -6,8 +6,14 @@ import pytest
 
 from claims.models import Attempt, Namespace, StagedResult, Task, TaskEvent
 
-WORKER_POSTS = ["/tasks/{t}/claim", "/claims", "/tasks/{t}/renew", "/tasks/{t}/release", "/tasks/{t}/results",
-                "/tasks/{t}/commit"]
+WORKER_POSTS = [
+    "/tasks/{t}/claim",
+    "/claims",
+    "/tasks/{t}/renew",
+    "/tasks/{t}/release",
+    "/tasks/{t}/results",
+    "/tasks/{t}/commit",
+]
 OPERATOR_POSTS = ["/tasks/{t}/input", "/tasks/{t}/cancel", "/tasks/{t}/requeue", "/namespaces"]
 ONCALL_POSTS = ["/namespaces/default/fence", "/namespaces/default/resume"]
 GETS = ["/tasks", "/tasks/{t}", "/tasks/{t}/events", "/namespaces", "/namespaces/default"]
@@ -68,26 +74,78 @@ def test_every_role_may_read(worker_a, operator, oncall, ready_task, path):
 
 
 BAD_BODIES = [
-    ("/tasks/{t}/claim", {"owner_id": "worker-a", "scheduler_epoch": "1", "ttl_seconds": 30}, "scheduler_epoch"),
-    ("/tasks/{t}/claim", {"owner_id": "worker-a", "scheduler_epoch": True, "ttl_seconds": 30}, "scheduler_epoch"),
+    (
+        "/tasks/{t}/claim",
+        {"owner_id": "worker-a", "scheduler_epoch": "1", "ttl_seconds": 30},
+        "scheduler_epoch",
+    ),
+    (
+        "/tasks/{t}/claim",
+        {"owner_id": "worker-a", "scheduler_epoch": True, "ttl_seconds": 30},
+        "scheduler_epoch",
+    ),
     ("/tasks/{t}/claim", {"owner_id": "worker-a", "scheduler_epoch": 1}, "ttl_seconds"),
-    ("/tasks/{t}/claim", {"owner_id": "worker-a", "scheduler_epoch": 1, "ttl_seconds": 30, "expected_state_verison": 1},
-     "expected_state_verison"),
-    ("/tasks/{t}/claim", {"owner_id": "worker-a", "scheduler_epoch": -1, "ttl_seconds": 30}, "scheduler_epoch"),
-    ("/claims", {"owner_id": "worker-a", "scheduler_epoch": 1, "ttl_seconds": 30, "node_ids": []}, "node_ids"),
-    ("/tasks/{t}/renew", {"attempt_id": "not-a-uuid", "claim_generation": 1, "owner_id": "worker-a",
-                          "scheduler_epoch": 1, "cancel_generation": 0, "extend_seconds": 10}, "attempt_id"),
-    ("/tasks/{t}/release", {"claim_generation": 1, "owner_id": "worker-a", "scheduler_epoch": 1}, "attempt_id"),
-    ("/tasks/{t}/results", {"attempt_id": "6b1f0b5e-6a7c-4c7e-9d7c-1c2b3a4d5e6f", "claim_generation": 1,
-                            "result": 1, "result_digest": "md5:abc"}, "result_digest"),
-    ("/tasks/{t}/commit", {"attempt_id": "6b1f0b5e-6a7c-4c7e-9d7c-1c2b3a4d5e6f", "scheduler_epoch": 1,
-                           "claim_generation": 1, "observed_cancel_generation": 0, "input_digest": "sha256:zz",
-                           "result_digest": "sha256:" + "0" * 64}, "input_digest"),
+    (
+        "/tasks/{t}/claim",
+        {"owner_id": "worker-a", "scheduler_epoch": 1, "ttl_seconds": 30, "expected_state_verison": 1},
+        "expected_state_verison",
+    ),
+    (
+        "/tasks/{t}/claim",
+        {"owner_id": "worker-a", "scheduler_epoch": -1, "ttl_seconds": 30},
+        "scheduler_epoch",
+    ),
+    (
+        "/claims",
+        {"owner_id": "worker-a", "scheduler_epoch": 1, "ttl_seconds": 30, "node_ids": []},
+        "node_ids",
+    ),
+    (
+        "/tasks/{t}/renew",
+        {
+            "attempt_id": "not-a-uuid",
+            "claim_generation": 1,
+            "owner_id": "worker-a",
+            "scheduler_epoch": 1,
+            "cancel_generation": 0,
+            "extend_seconds": 10,
+        },
+        "attempt_id",
+    ),
+    (
+        "/tasks/{t}/release",
+        {"claim_generation": 1, "owner_id": "worker-a", "scheduler_epoch": 1},
+        "attempt_id",
+    ),
+    (
+        "/tasks/{t}/results",
+        {
+            "attempt_id": "6b1f0b5e-6a7c-4c7e-9d7c-1c2b3a4d5e6f",
+            "claim_generation": 1,
+            "result": 1,
+            "result_digest": "md5:abc",
+        },
+        "result_digest",
+    ),
+    (
+        "/tasks/{t}/commit",
+        {
+            "attempt_id": "6b1f0b5e-6a7c-4c7e-9d7c-1c2b3a4d5e6f",
+            "scheduler_epoch": 1,
+            "claim_generation": 1,
+            "observed_cancel_generation": 0,
+            "input_digest": "sha256:zz",
+            "result_digest": "sha256:" + "0" * 64,
+        },
+        "input_digest",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("path", "body", "field"), BAD_BODIES)
-def test_malformed_worker_bodies_are_400_with_field_errors_and_change_nothing(worker_a, ready_task, path, body, field):
+def test_malformed_worker_bodies_are_400_with_field_errors_and_change_nothing(
+    worker_a, ready_task, path, body, field
+):
     before = _snapshot()
 
     response = worker_a.post(path.format(t=ready_task), body)
@@ -98,7 +156,9 @@ def test_malformed_worker_bodies_are_400_with_field_errors_and_change_nothing(wo
 
 
 def test_malformed_json_is_400_not_500(worker_a, ready_task):
-    response = worker_a.client.post(f"/api/v1/tasks/{ready_task}/claim", "{not json", content_type="application/json")
+    response = worker_a.client.post(
+        f"/api/v1/tasks/{ready_task}/claim", "{not json", content_type="application/json"
+    )
 
     assert response.status_code == 400 and response.json()["outcome"] == "INVALID"
 
@@ -111,9 +171,12 @@ def test_a_json_array_instead_of_an_object_is_400(worker_a, ready_task):
 
 @pytest.mark.parametrize(
     ("body", "field"),
-    [({"input": {}}, "node_id"), ({"node_id": "n"}, "input"), ({"node_id": "n", "input": 1, "replay_policy": "X"},
-                                                               "replay_policy"),
-     ({"node_id": "", "input": 1}, "node_id")],
+    [
+        ({"input": {}}, "node_id"),
+        ({"node_id": "n"}, "input"),
+        ({"node_id": "n", "input": 1, "replay_policy": "X"}, "replay_policy"),
+        ({"node_id": "", "input": 1}, "node_id"),
+    ],
 )
 def test_malformed_task_bodies_are_400(operator, default_namespace, body, field):
     response = operator.post("/tasks", body)
@@ -130,21 +193,42 @@ def test_the_body_is_judged_before_the_task_is_looked_up(worker_a):
     assert good.status_code == 404 and good.json()["outcome"] == "NOT_FOUND"
 
 
-@pytest.mark.parametrize("path", ["/tasks/{t}/claim", "/tasks/{t}/renew", "/tasks/{t}/release", "/tasks/{t}/results",
-                                  "/tasks/{t}/commit"])
+@pytest.mark.parametrize(
+    "path",
+    ["/tasks/{t}/claim", "/tasks/{t}/renew", "/tasks/{t}/release", "/tasks/{t}/results", "/tasks/{t}/commit"],
+)
 def test_unknown_tasks_are_404_for_workers(worker_a, ready_task, path):
     claim = worker_a.claim(ready_task).json()
     body = {
         "/tasks/{t}/claim": {"owner_id": "worker-a", "scheduler_epoch": 1, "ttl_seconds": 30},
-        "/tasks/{t}/renew": {"attempt_id": claim["attempt_id"], "claim_generation": 1, "owner_id": "worker-a",
-                             "scheduler_epoch": 1, "cancel_generation": 0, "extend_seconds": 10},
-        "/tasks/{t}/release": {"attempt_id": claim["attempt_id"], "claim_generation": 1, "owner_id": "worker-a",
-                               "scheduler_epoch": 1},
-        "/tasks/{t}/results": {"attempt_id": claim["attempt_id"], "claim_generation": 1, "result": 1,
-                               "result_digest": "sha256:6b86b273ff34fce19d6b804eff5a3f5747ada4eaa22f1d49c01e52ddb7875b4b"},
-        "/tasks/{t}/commit": {"attempt_id": claim["attempt_id"], "scheduler_epoch": 1, "claim_generation": 1,
-                              "observed_cancel_generation": 0, "input_digest": claim["input_digest"],
-                              "result_digest": "sha256:" + "0" * 64},
+        "/tasks/{t}/renew": {
+            "attempt_id": claim["attempt_id"],
+            "claim_generation": 1,
+            "owner_id": "worker-a",
+            "scheduler_epoch": 1,
+            "cancel_generation": 0,
+            "extend_seconds": 10,
+        },
+        "/tasks/{t}/release": {
+            "attempt_id": claim["attempt_id"],
+            "claim_generation": 1,
+            "owner_id": "worker-a",
+            "scheduler_epoch": 1,
+        },
+        "/tasks/{t}/results": {
+            "attempt_id": claim["attempt_id"],
+            "claim_generation": 1,
+            "result": 1,
+            "result_digest": "sha256:6b86b273ff34fce19d6b804eff5a3f5747ada4eaa22f1d49c01e52ddb7875b4b",
+        },
+        "/tasks/{t}/commit": {
+            "attempt_id": claim["attempt_id"],
+            "scheduler_epoch": 1,
+            "claim_generation": 1,
+            "observed_cancel_generation": 0,
+            "input_digest": claim["input_digest"],
+            "result_digest": "sha256:" + "0" * 64,
+        },
     }[path]
 
     response = worker_a.post(path.format(t="no-such-task"), body)
@@ -159,7 +243,9 @@ def test_unknown_tasks_are_404_for_reads(worker_a, path):
 
 @pytest.mark.parametrize("path", ["/tasks/{t}/cancel", "/tasks/{t}/input", "/tasks/{t}/requeue"])
 def test_unknown_tasks_are_404_for_operators(operator, path):
-    body = {"/tasks/{t}/cancel": {"reason": "x"}, "/tasks/{t}/input": {"input": 1}, "/tasks/{t}/requeue": {}}[path]
+    body = {"/tasks/{t}/cancel": {"reason": "x"}, "/tasks/{t}/input": {"input": 1}, "/tasks/{t}/requeue": {}}[
+        path
+    ]
     assert operator.post(path.format(t="nope"), body).status_code == 404
 
 
@@ -199,7 +285,12 @@ def test_the_openapi_schema_and_docs_need_no_token(anonymous):
 
     assert schema.status_code == 200 and docs.status_code == 200
     paths = schema.json()["paths"]
-    for path in ["/api/v1/tasks", "/api/v1/tasks/{task_id}/claim", "/api/v1/claims", "/api/v1/tasks/{task_id}/commit",
-                 "/api/v1/namespaces/{ns}/fence"]:
+    for path in [
+        "/api/v1/tasks",
+        "/api/v1/tasks/{task_id}/claim",
+        "/api/v1/claims",
+        "/api/v1/tasks/{task_id}/commit",
+        "/api/v1/namespaces/{ns}/fence",
+    ]:
         assert path in paths
     assert "bearer" in schema.json()["components"]["securitySchemes"]

@@ -46,7 +46,9 @@ def test_an_expired_lease_is_reclaimed_and_the_old_attempt_ends(worker_a, worker
     assert response.status_code == 200 and response.json()["claim_generation"] == 2
     assert Attempt.objects.get(pk=first["attempt_id"]).end_reason == "RECLAIMED"
     assert list(TaskEvent.objects.filter(task_id=ready_task).values_list("kind", flat=True)) == [
-        "task_created", "claimed", "reclaimed",
+        "task_created",
+        "claimed",
+        "reclaimed",
     ]
 
 
@@ -159,7 +161,9 @@ def _race(task_id: str, claimers: list, epoch: int = 1) -> list[int]:
 
 def _available_connections() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('max_connections')::int - (SELECT count(*) FROM pg_stat_activity)")
+        cursor.execute(
+            "SELECT current_setting('max_connections')::int - (SELECT count(*) FROM pg_stat_activity)"
+        )
         return cursor.fetchone()[0]
 
 
@@ -168,8 +172,10 @@ def _available_connections() -> int:
 @pytest.mark.parametrize("claimers", [20, 100])
 def test_a1_n_claimers_race_for_one_task_and_exactly_one_wins_each_round(claimers, operator, db_clock):
     if claimers + 5 > _available_connections():
-        pytest.skip(f"{claimers} claimers need {claimers + 5} free PostgreSQL connections "
-                    f"(have {_available_connections()}); .ci/run raises max_connections")
+        pytest.skip(
+            f"{claimers} claimers need {claimers + 5} free PostgreSQL connections "
+            f"(have {_available_connections()}); .ci/run raises max_connections"
+        )
     actors = [make_actor(f"racer-{i}", "worker") for i in range(claimers)]
     task_id = operator.create(node_id="contended").json()["task_id"]
 
@@ -250,7 +256,9 @@ def test_concurrent_claim_next_callers_never_receive_the_same_task(operator):
 
 
 def test_a_worker_may_not_claim_as_another_owner(worker_a, ready_task):
-    response = worker_a.post(f"/tasks/{ready_task}/claim", {"owner_id": "worker-b", "scheduler_epoch": 1, "ttl_seconds": 30})
+    response = worker_a.post(
+        f"/tasks/{ready_task}/claim", {"owner_id": "worker-b", "scheduler_epoch": 1, "ttl_seconds": 30}
+    )
 
     assert response.status_code == 403
     assert Task.objects.get(pk=ready_task).state == "READY"

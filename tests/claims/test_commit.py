@@ -159,7 +159,13 @@ def test_the_commit_checks_run_in_the_contracts_order(worker_a, worker_b, ready_
 def test_a_commit_must_name_exactly_the_tasks_resources(worker_a, ready_task):
     claim = worker_a.claim(ready_task).json()
     worker_a.stage(claim, {"x": 1})
-    named = [{"resource_key": "repo:main", "incarnation": "6b1f0b5e-6a7c-4c7e-9d7c-1c2b3a4d5e6f", "expected_revision": 0}]
+    named = [
+        {
+            "resource_key": "repo:main",
+            "incarnation": "6b1f0b5e-6a7c-4c7e-9d7c-1c2b3a4d5e6f",
+            "expected_revision": 0,
+        }
+    ]
 
     response = worker_a.commit(claim, {"x": 1}, resources=named)
 
@@ -190,14 +196,18 @@ def test_a6_commit_first_then_cancel_the_recorded_order_decides(operator, ready_
 
     committing, commit_box = run_in_thread(lambda: worker.commit(claim, {"done": True}))
     pause.wait_reached()  # the commit has checked authority and holds the task row
-    cancelling, cancel_box = run_in_thread(lambda: operator.post(f"/tasks/{ready_task}/cancel", {"reason": "race"}))
+    cancelling, cancel_box = run_in_thread(
+        lambda: operator.post(f"/tasks/{ready_task}/cancel", {"reason": "race"})
+    )
     wait_for_lock_waiters(1)  # the cancel has queued behind the commit
     pause.resume()
     committing.join(30)
     cancelling.join(30)
 
     assert commit_box["value"].status_code == 200
-    assert cancel_box["value"].status_code == 409 and cancel_box["value"].json()["outcome"] == "NOT_CANCELLABLE"
+    assert (
+        cancel_box["value"].status_code == 409 and cancel_box["value"].json()["outcome"] == "NOT_CANCELLABLE"
+    )
     task = Task.objects.get(pk=ready_task)
     assert (task.state, task.cancel_generation) == ("COMMITTED", 0)
 
@@ -212,7 +222,9 @@ def test_a6_cancel_first_then_commit_the_recorded_order_decides(operator, ready_
     worker.stage(claim, {"done": True})
     pause = Pause("task_cancel.locked")
 
-    cancelling, cancel_box = run_in_thread(lambda: operator.post(f"/tasks/{ready_task}/cancel", {"reason": "race"}))
+    cancelling, cancel_box = run_in_thread(
+        lambda: operator.post(f"/tasks/{ready_task}/cancel", {"reason": "race"})
+    )
     pause.wait_reached()  # the cancel holds the task row
     committing, commit_box = run_in_thread(lambda: worker.commit(claim, {"done": True}))
     wait_for_lock_waiters(1)

@@ -64,11 +64,15 @@ def test_a3_a_paused_holder_is_fenced_by_epoch_at_every_acceptance_point(
         assert response.json()["current"]["scheduler_epoch"] == 2
     assert Task.objects.values().get(pk=ready_task) == before
     # Coverage: each rejection counted once, validated, at its own acceptance point.
-    points = sorted(TaskEvent.objects.filter(task_id=ready_task, kind="fenced").values_list("point", "validated"))
+    points = sorted(
+        TaskEvent.objects.filter(task_id=ready_task, kind="fenced").values_list("point", "validated")
+    )
     assert points == [("commit", True), ("release", True), ("renew", True)]
 
 
-def test_the_fence_marks_live_attempts_fenced_and_writes_their_timelines(worker_a, worker_b, operator, oncall):
+def test_the_fence_marks_live_attempts_fenced_and_writes_their_timelines(
+    worker_a, worker_b, operator, oncall
+):
     first = worker_a.claim(operator.create().json()["task_id"]).json()
     second = worker_b.claim(operator.create().json()["task_id"]).json()
 
@@ -105,7 +109,11 @@ def test_namespaces_are_created_listed_and_shown_with_their_drain(operator, work
 
     assert created.status_code == 201
     assert created.json() == {
-        "name": "payments", "scheduler_epoch": 1, "claims_paused": False, "stage": "LEGACY", "min_protocol": "legacy"
+        "name": "payments",
+        "scheduler_epoch": 1,
+        "claims_paused": False,
+        "stage": "LEGACY",
+        "min_protocol": "legacy",
     }
     assert duplicate.status_code == 409 and duplicate.json()["outcome"] == "NAMESPACE_EXISTS"
     assert shown["drain"] == {"active_leases": 1, "unknown_effects": 0, "awaiting_commit": 0}

@@ -138,7 +138,9 @@ def test_release_returns_the_task_to_ready_and_its_staged_result_can_no_longer_c
     assert Attempt.objects.get(pk=claim["attempt_id"]).end_reason == "RELEASED"
 
 
-def test_releasing_after_ones_own_lease_expired_is_allowed_when_nobody_took_over(worker_a, ready_task, db_clock):
+def test_releasing_after_ones_own_lease_expired_is_allowed_when_nobody_took_over(
+    worker_a, ready_task, db_clock
+):
     claim = worker_a.claim(ready_task, ttl=5).json()
     db_clock.travel(10)
 
@@ -157,4 +159,6 @@ def test_a_worker_cannot_renew_or_release_another_workers_attempt(worker_a, work
 
     assert (as_self.status_code, as_other.status_code, release.status_code) == (403, 403, 403)
     assert Task.objects.get(pk=ready_task).owner_id == "worker-a"
-    assert not TaskEvent.objects.filter(task_id=ready_task, kind="fenced").exists()  # 403s are not protocol rejections
+    assert not TaskEvent.objects.filter(
+        task_id=ready_task, kind="fenced"
+    ).exists()  # 403s are not protocol rejections

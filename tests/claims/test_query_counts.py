@@ -29,7 +29,9 @@ PINNED = {
 def _count(fn) -> tuple[int, object]:
     with CaptureQueriesContext(connection) as ctx:
         value = fn()
-    statements = [q["sql"] for q in ctx.captured_queries if not q["sql"].upper().startswith(("SAVEPOINT", "RELEASE"))]
+    statements = [
+        q["sql"] for q in ctx.captured_queries if not q["sql"].upper().startswith(("SAVEPOINT", "RELEASE"))
+    ]
     return len(statements), value
 
 
@@ -44,32 +46,54 @@ def test_claim_and_commit_paths_are_pinned(worker, operator, db_clock):
     counts = {}
 
     counts["claim"], grant = _count(
-        lambda: services.task_claim(principal=worker, task_id=task_id, owner_id=worker.name, scheduler_epoch=1,
-                                    ttl_seconds=5)
+        lambda: services.task_claim(
+            principal=worker, task_id=task_id, owner_id=worker.name, scheduler_epoch=1, ttl_seconds=5
+        )
     )
     db_clock.travel(6)
     counts["reclaim"], grant = _count(
-        lambda: services.task_claim(principal=worker, task_id=task_id, owner_id=worker.name, scheduler_epoch=1,
-                                    ttl_seconds=30)
+        lambda: services.task_claim(
+            principal=worker, task_id=task_id, owner_id=worker.name, scheduler_epoch=1, ttl_seconds=30
+        )
     )
     counts["renew"], _ = _count(
-        lambda: services.task_renew(principal=worker, task_id=task_id, attempt_id=grant.attempt_id,
-                                    claim_generation=grant.task.claim_generation, owner_id=worker.name,
-                                    scheduler_epoch=1, cancel_generation=0, extend_seconds=30)
+        lambda: services.task_renew(
+            principal=worker,
+            task_id=task_id,
+            attempt_id=grant.attempt_id,
+            claim_generation=grant.task.claim_generation,
+            owner_id=worker.name,
+            scheduler_epoch=1,
+            cancel_generation=0,
+            extend_seconds=30,
+        )
     )
     counts["stage"], _ = _count(
-        lambda: services.result_stage(principal=worker, task_id=task_id, attempt_id=grant.attempt_id,
-                                      claim_generation=grant.task.claim_generation, result={"r": 1},
-                                      result_digest=digest({"r": 1}))
+        lambda: services.result_stage(
+            principal=worker,
+            task_id=task_id,
+            attempt_id=grant.attempt_id,
+            claim_generation=grant.task.claim_generation,
+            result={"r": 1},
+            result_digest=digest({"r": 1}),
+        )
     )
     counts["commit"], _ = _count(
-        lambda: services.task_commit(principal=worker, task_id=task_id, attempt_id=grant.attempt_id,
-                                     scheduler_epoch=1, claim_generation=grant.task.claim_generation,
-                                     observed_cancel_generation=0, input_digest=grant.task.input_digest,
-                                     result_digest=digest({"r": 1}))
+        lambda: services.task_commit(
+            principal=worker,
+            task_id=task_id,
+            attempt_id=grant.attempt_id,
+            scheduler_epoch=1,
+            claim_generation=grant.task.claim_generation,
+            observed_cancel_generation=0,
+            input_digest=grant.task.input_digest,
+            result_digest=digest({"r": 1}),
+        )
     )
     counts["claim_next"], _ = _count(
-        lambda: services.task_claim_next(principal=worker, owner_id=worker.name, scheduler_epoch=1, ttl_seconds=30)
+        lambda: services.task_claim_next(
+            principal=worker, owner_id=worker.name, scheduler_epoch=1, ttl_seconds=30
+        )
     )
 
     assert counts == PINNED

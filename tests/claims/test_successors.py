@@ -81,9 +81,9 @@ def test_two_predecessors_committing_at_once_still_release_their_successor(opera
             claims.append(claim)
         barrier = threading.Barrier(2)
 
-        def commit(worker, claim):
+        def commit(worker, claim, barrier=barrier, result=round_number):
             barrier.wait(10)
-            return worker.commit(claim, round_number).status_code
+            return worker.commit(claim, result).status_code
 
         threads = [run_in_thread(lambda w=w, c=c: commit(w, c)) for w, c in zip(workers, claims, strict=True)]
         for thread, _ in threads:
@@ -102,15 +102,16 @@ def test_a_successor_created_while_its_predecessor_commits_is_never_stranded(ope
         worker.stage(claim, round_number)
         barrier = threading.Barrier(2)
 
-        def commit():
+        def commit(barrier=barrier, claim=claim, result=round_number):
             barrier.wait(10)
-            return worker.commit(claim, round_number)
+            return worker.commit(claim, result)
 
-        def create():
+        def create(barrier=barrier, parent=parent):
             barrier.wait(10)
             return operator.create(node_id="c", depends_on=[parent]).json()["task_id"]
 
         (t1, b1), (t2, b2) = run_in_thread(commit), run_in_thread(create)
         t1.join(30)
         t2.join(30)
+        assert b1["value"].status_code == 200
         assert Task.objects.get(pk=b2["value"]).state == "READY", f"round {round_number}"

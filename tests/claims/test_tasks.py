@@ -12,9 +12,26 @@ def test_create_makes_a_ready_task_with_the_contracts_fields(operator):
     assert response.status_code == 201
     body = response.json()
     assert set(body) == {
-        "task_id", "namespace", "node_id", "input", "input_digest", "depends_on", "replay_policy", "resources",
-        "state", "state_version", "scheduler_epoch", "claim_generation", "attempt_id", "owner_id",
-        "lease_expires_at", "cancel_generation", "result_commit_id", "result_digest", "result", "created_at",
+        "task_id",
+        "namespace",
+        "node_id",
+        "input",
+        "input_digest",
+        "depends_on",
+        "replay_policy",
+        "resources",
+        "state",
+        "state_version",
+        "scheduler_epoch",
+        "claim_generation",
+        "attempt_id",
+        "owner_id",
+        "lease_expires_at",
+        "cancel_generation",
+        "result_commit_id",
+        "result_digest",
+        "result",
+        "created_at",
         "updated_at",
     }
     assert body["input_digest"] == digest({"files": ["a.py"]})
@@ -108,10 +125,21 @@ def test_the_timeline_lists_every_transition_oldest_first_without_payloads(opera
     events = worker_a.get(f"/tasks/{ready_task}/events").json()
 
     assert [e["kind"] for e in events["results"]] == [
-        "task_created", "claimed", "renewed", "result_staged", "result_committed",
+        "task_created",
+        "claimed",
+        "renewed",
+        "result_staged",
+        "result_committed",
     ]
     assert set(events["results"][1]) == {
-        "kind", "at", "attempt_id", "claim_generation", "scheduler_epoch", "owner_id", "principal", "detail",
+        "kind",
+        "at",
+        "attempt_id",
+        "claim_generation",
+        "scheduler_epoch",
+        "owner_id",
+        "principal",
+        "detail",
     }
     assert "payload" not in str(events)
 
