@@ -27,6 +27,11 @@ def now() -> datetime:
     return value + _offset
 
 
+def from_db(value: datetime | None) -> datetime:
+    """A clock reading taken by a statement (``statement_timestamp()``), or None on SQLite; offset applied."""
+    return (value if value is not None else timezone.now()) + _offset
+
+
 def offset() -> timedelta:
     return _offset
 

@@ -14,6 +14,7 @@ from django.utils import timezone
 from .. import clock
 from ..errors import Conflict, NotFound
 from ..models import AuditEntry, EventKind, Namespace, Principal, Task, TaskEvent
+from . import _sql
 
 
 @dataclass(frozen=True)
@@ -68,10 +69,10 @@ def hold_namespace(*, name: str | None = None, task_id: str | None = None) -> Na
 def lock_task(task_id: str) -> Task:
     """The task row FOR NO KEY UPDATE: the decision and the write that follows it see one version of the row,
     and a concurrent writer of the same task waits for this transaction (it then re-reads the new version)."""
-    try:
-        return Task.objects.select_for_update(no_key=True).get(pk=task_id)
-    except Task.DoesNotExist:
-        raise NotFound("no such task") from None
+    task = _sql.select_one(Task, {"task_id": task_id}, tail=_sql.lock_clause("FOR NO KEY UPDATE"))
+    if task is None:
+        raise NotFound("no such task")
+    return task
 
 
 def task_current(task: Task, ns: NamespaceHold) -> dict[str, Any]:
@@ -86,7 +87,7 @@ def task_current(task: Task, ns: NamespaceHold) -> dict[str, Any]:
     }
 
 
-def new_event(
+def event_values(
     kind: EventKind,
     *,
     namespace_id: int,
@@ -99,21 +100,33 @@ def new_event(
     owner_id: str | None = None,
     point: str | None = None,
     detail: dict[str, Any] | None = None,
-) -> TaskEvent:
-    return TaskEvent(
-        namespace_id=namespace_id,
-        task_id=task_id,
-        kind=kind,
-        at=at,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
-        principal=principal.name if principal else "",
-        point=point,
-        validated=True if point else None,
-        detail=detail or {},
-    )
+) -> dict[str, Any]:
+    """One timeline row. ``point`` marks a request that reached an acceptance point; claim.v1 checked its epoch
+    and generation, so it counts as validated."""
+    return {
+        "namespace_id": namespace_id,
+        "task_id": task_id,
+        "kind": kind,
+        "at": at,
+        "attempt_id": attempt_id,
+        "claim_generation": claim_generation,
+        "scheduler_epoch": scheduler_epoch,
+        "owner_id": owner_id,
+        "principal": principal.name if principal else "",
+        "point": point,
+        "validated": True if point else None,
+        "detail": detail or {},
+    }
+
+
+def new_event(kind: EventKind, **fields: Any) -> TaskEvent:
+    """An unsaved event, for bulk_create."""
+    return TaskEvent(**event_values(kind, **fields))
+
+
+def append_event(kind: EventKind, **fields: Any) -> None:
+    """Append one event inside the caller's transaction."""
+    _sql.insert(TaskEvent, **event_values(kind, **fields))
 
 
 def audit(
@@ -173,7 +186,7 @@ class RejectionLog:
     ) -> bool:
         if isinstance(exc, Conflict) and self.namespace_id is not None:
             with transaction.atomic(durable=True):
-                new_event(
+                append_event(
                     EventKind.FENCED,
                     namespace_id=self.namespace_id,
                     task_id=self.task_id,
@@ -185,5 +198,5 @@ class RejectionLog:
                     owner_id=self.owner_id,
                     point=self.point,
                     detail={"outcome": exc.outcome, "reason": exc.reason},
-                ).save(force_insert=True)
+                )
         return False

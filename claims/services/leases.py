@@ -9,7 +9,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 
 from .. import interleave
 from ..errors import (
@@ -25,7 +24,15 @@ from ..errors import (
 )
 from ..models import AcceptancePoint, Attempt, AttemptEnd, EventKind, Principal, Task, TaskState
 from ..states import check_transition
-from ._base import NamespaceHold, RejectionLog, hold_namespace, lock_task, new_event, task_current
+from . import _sql
+from ._base import (
+    NamespaceHold,
+    RejectionLog,
+    append_event,
+    hold_namespace,
+    lock_task,
+    task_current,
+)
 
 
 @dataclass(frozen=True)
@@ -134,7 +141,7 @@ def task_claim(
         _check_owner(principal, owner_id)
         _check_epoch_and_pause(ns, scheduler_epoch)
         while True:
-            task = Task.objects.filter(pk=task_id).first()
+            task = _sql.select_one(Task, {"task_id": task_id})
             if task is None:  # tasks are never deleted; kept for completeness
                 raise NotFound("no such task")
             if expected_state_version is not None and task.state_version != expected_state_version:
@@ -152,9 +159,15 @@ def task_claim(
             values = _claim_values(
                 task, ns=ns, owner_id=owner_id, ttl_seconds=ttl_seconds, attempt_id=attempt_id
             )
-            won = Task.objects.filter(
-                pk=task_id, claim_generation=task.claim_generation, state_version=task.state_version
-            ).update(**values)
+            won = _sql.update(
+                Task,
+                {
+                    "task_id": task_id,
+                    "claim_generation": task.claim_generation,
+                    "state_version": task.state_version,
+                },
+                **values,
+            )
             if won == 1:
                 break
             # Lost the compare-and-set: another transaction changed the row since we read it. Decide again.
@@ -181,11 +194,14 @@ def _grant(
     """The writes of a won claim, inside the caller's transaction, once the task row carries the new claim:
     end the previous attempt (expired or fenced), create the new one, append `claimed` or `reclaimed`."""
     if previous is not None:
-        Attempt.objects.filter(pk=previous["attempt_id"], ended_at__isnull=True).update(
+        _sql.update(
+            Attempt,
+            {"attempt_id": uuid.UUID(previous["attempt_id"]), "ended_at": None},
             ended_at=ns.now,
             end_reason=AttemptEnd.FENCED if previous["ended"] == "epoch" else AttemptEnd.RECLAIMED,
         )
-    Attempt.objects.create(
+    _sql.insert(
+        Attempt,
         attempt_id=task.attempt_id,
         task_id=task.task_id,
         namespace_id=ns.id,
@@ -200,7 +216,7 @@ def _grant(
     detail: dict[str, Any] = {"lease_expires_at": task.lease_expires_at.isoformat()}
     if previous is not None:
         detail["previous"] = previous
-    new_event(
+    append_event(
         EventKind.RECLAIMED if previous else EventKind.CLAIMED,
         namespace_id=ns.id,
         task_id=task.task_id,
@@ -212,7 +228,7 @@ def _grant(
         owner_id=task.owner_id,
         point=AcceptancePoint.CLAIM,
         detail=detail,
-    ).save(force_insert=True)
+    )
     return ClaimGrant(task=task, attempt_id=task.attempt_id, scheduler_epoch=ns.scheduler_epoch, fences={})
 
 
@@ -243,28 +259,52 @@ def task_claim_next(
         log.namespace_id = ns.id
         _check_owner(principal, owner_id)
         _check_epoch_and_pause(ns, scheduler_epoch)
-        candidates = Task.objects.select_for_update(skip_locked=True, no_key=True).filter(namespace_id=ns.id)
-        if node_ids:
-            candidates = candidates.filter(node_id__in=node_ids)
-        task = candidates.filter(state=TaskState.READY).order_by("created_at", "task_id").first()
-        if task is None:
-            task = (
-                candidates.filter(state=TaskState.CLAIMED)
-                .filter(Q(lease_expires_at__lte=ns.now) | Q(scheduler_epoch__lt=ns.scheduler_epoch))
-                .order_by("lease_expires_at", "task_id")
-                .first()
+        only_nodes = f" AND node_id IN ({_sql.placeholders(node_ids)})" if node_ids else ""
+        skip_locked = _sql.lock_clause("FOR NO KEY UPDATE SKIP LOCKED")
+        attempt_id = uuid.uuid4()
+        lease = ns.now + timedelta(seconds=ttl_seconds)
+        # The common case in one statement: lock the oldest READY task nobody else is deciding on and claim it.
+        # The sub-select's SKIP LOCKED passes over rows other claimers hold, so N callers take N different tasks.
+        claimed = list(
+            _sql.load(
+                Task,
+                f"UPDATE {Task._meta.db_table} SET state = %s, claim_generation = claim_generation + 1, "
+                "state_version = state_version + 1, scheduler_epoch = %s, attempt_id = %s, owner_id = %s, "
+                "lease_expires_at = %s, updated_at = %s "
+                f"WHERE task_id = (SELECT task_id FROM {Task._meta.db_table} WHERE namespace_id = %s AND state = %s"
+                f"{only_nodes} ORDER BY created_at, task_id LIMIT 1{skip_locked}) RETURNING *",
+                [
+                    TaskState.CLAIMED,
+                    ns.scheduler_epoch,
+                    _sql.prep(Task, "attempt_id", attempt_id),
+                    owner_id,
+                    _sql.prep(Task, "lease_expires_at", lease),
+                    _sql.prep(Task, "updated_at", ns.now),
+                    ns.id,
+                    TaskState.READY,
+                    *(node_ids or []),
+                ],
             )
+        )
+        if claimed:
+            check_transition(TaskState.READY, TaskState.CLAIMED, "claim")
+            log.task_id = claimed[0].pk
+            return _grant(claimed[0], previous=None, ns=ns, principal=principal)
+        # Nothing READY: reclaim the claim whose lease ran out first (or that a fence ended).
+        task = _sql.select_one(
+            Task,
+            {"namespace_id": ns.id, "state": TaskState.CLAIMED},
+            also=f"(lease_expires_at <= %s OR scheduler_epoch < %s){only_nodes}",
+            also_params=[_sql.prep(Task, "lease_expires_at", ns.now), ns.scheduler_epoch, *(node_ids or [])],
+            tail=f" ORDER BY lease_expires_at, task_id LIMIT 1{skip_locked}",
+        )
         if task is None:
             return None
-        check_transition(
-            task.state, TaskState.CLAIMED, "reclaim" if task.state == TaskState.CLAIMED else "claim"
-        )
-        previous = _previous_claim(task, ns) if task.state == TaskState.CLAIMED else None
-        values = _claim_values(
-            task, ns=ns, owner_id=owner_id, ttl_seconds=ttl_seconds, attempt_id=uuid.uuid4()
-        )
+        check_transition(task.state, TaskState.CLAIMED, "reclaim")
+        previous = _previous_claim(task, ns)
+        values = _claim_values(task, ns=ns, owner_id=owner_id, ttl_seconds=ttl_seconds, attempt_id=attempt_id)
         # We hold the row lock; the generation in the WHERE is a second guard, not the race's closer.
-        updated = Task.objects.filter(pk=task.pk, claim_generation=task.claim_generation).update(**values)
+        updated = _sql.update(Task, {"task_id": task.pk, "claim_generation": task.claim_generation}, **values)
         assert updated == 1, "a locked row changed under us"
         log.task_id = task.pk
         return _grant(_apply(task, values), previous=previous, ns=ns, principal=principal)
@@ -369,8 +409,8 @@ def task_renew(
             raise Expired("the lease ran out: claim again", current=task_current(task, ns))
         task.lease_expires_at = ns.now + timedelta(seconds=extend_seconds)
         task.updated_at = ns.now
-        task.save(update_fields=["lease_expires_at", "updated_at"])
-        new_event(
+        _sql.update(Task, {"task_id": task_id}, lease_expires_at=task.lease_expires_at, updated_at=ns.now)
+        append_event(
             EventKind.RENEWED,
             namespace_id=ns.id,
             task_id=task_id,
@@ -382,7 +422,7 @@ def task_renew(
             owner_id=owner_id,
             point=AcceptancePoint.RENEW,
             detail={"lease_expires_at": task.lease_expires_at.isoformat()},
-        ).save(force_insert=True)
+        )
     return task
 
 
@@ -425,8 +465,11 @@ def task_release(
             owner_id=owner_id,
         )
         check_transition(task.state, TaskState.READY, "release")
-        Attempt.objects.filter(pk=attempt_id, ended_at__isnull=True).update(
-            ended_at=ns.now, end_reason=AttemptEnd.RELEASED
+        _sql.update(
+            Attempt,
+            {"attempt_id": attempt_id, "ended_at": None},
+            ended_at=ns.now,
+            end_reason=AttemptEnd.RELEASED,
         )
         task.state = TaskState.READY
         task.state_version += 1
@@ -442,7 +485,7 @@ def task_release(
                 "updated_at",
             ]
         )
-        new_event(
+        append_event(
             EventKind.RELEASED,
             namespace_id=ns.id,
             task_id=task_id,
@@ -453,5 +496,5 @@ def task_release(
             scheduler_epoch=ns.scheduler_epoch,
             owner_id=owner_id,
             point=AcceptancePoint.RELEASE,
-        ).save(force_insert=True)
+        )
     return task

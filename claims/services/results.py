@@ -6,10 +6,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef
 
-from .. import interleave
+from .. import clock, interleave
 from ..errors import Cancelled, Fenced, Forbidden, Invalid, NotFound, NotStaged, StaleInput
 from ..models import (
     AcceptancePoint,
@@ -24,7 +24,16 @@ from ..models import (
     TaskState,
 )
 from ..states import check_transition
-from ._base import NamespaceHold, RejectionLog, hold_namespace, lock_task, new_event, task_current
+from . import _sql
+from ._base import (
+    NamespaceHold,
+    RejectionLog,
+    append_event,
+    hold_namespace,
+    lock_task,
+    new_event,
+    task_current,
+)
 from .leases import check_authority, resolve_attempt
 
 
@@ -57,8 +66,8 @@ def result_stage(
     The serializer has already checked that ``result_digest`` is the digest of ``result``.
     """
     with transaction.atomic(durable=True):
-        ns = hold_namespace(task_id=task_id)
-        attempt = Attempt.objects.filter(pk=attempt_id, task_id=task_id).first()
+        # Staging grants nothing, so it takes no lock: the attempt row (and the clock) in one statement.
+        attempt = _sql.select_one(Attempt, {"attempt_id": attempt_id, "task_id": task_id}, now=True)
         if attempt is None:
             if not Task.objects.filter(pk=task_id).exists():
                 raise NotFound("no such task")
@@ -71,28 +80,35 @@ def result_stage(
                 reason="GENERATION",
                 current={"claim_generation": attempt.claim_generation},
             )
-        existing = StagedResult.objects.filter(attempt_id=attempt_id, result_digest=result_digest).first()
-        if existing is not None:
-            return Staged(existing, created=False)
-        staged = StagedResult.objects.create(
+        now = clock.from_db(attempt.db_now)
+        staged = StagedResult(
+            staged_result_id=uuid.uuid4(),
             task_id=task_id,
             attempt_id=attempt_id,
             result=result,
             result_digest=result_digest,
-            staged_at=ns.now,
+            staged_at=now,
+            canonical=False,
         )
-        new_event(
+        # (attempt, result_digest) is unique: a repeat inserts nothing and answers with the existing record.
+        fields = {f.attname: getattr(staged, f.attname) for f in StagedResult._meta.concrete_fields}
+        if not _sql.insert(StagedResult, if_absent=True, **fields):
+            existing = _sql.select_one(
+                StagedResult, {"attempt_id": attempt_id, "result_digest": result_digest}
+            )
+            return Staged(existing, created=False)
+        append_event(
             EventKind.RESULT_STAGED,
-            namespace_id=ns.id,
+            namespace_id=attempt.namespace_id,
             task_id=task_id,
-            at=ns.now,
+            at=now,
             principal=principal,
             attempt_id=attempt_id,
             claim_generation=claim_generation,
             scheduler_epoch=attempt.scheduler_epoch,
             owner_id=attempt.owner_id,
             detail={"staged_result_id": str(staged.pk), "result_digest": result_digest},
-        ).save(force_insert=True)
+        )
     return Staged(staged, created=True)
 
 
@@ -157,37 +173,52 @@ def task_commit(
             raise Fenced("the lease ran out before the commit", reason="LEASE_EXPIRED", current=current)
         if input_digest != task.input_digest:
             raise StaleInput("the input was revised: re-read it and compute again", current=current)
-        staged = StagedResult.objects.filter(attempt_id=attempt_id, result_digest=result_digest).first()
-        if staged is None:
+        # Check 5 and the canonical flip in one statement: the staged row becomes canonical, or there is none.
+        # The partial unique index one_canonical_commit_per_task is what makes a second canonical row impossible.
+        commit_id = uuid.uuid4()
+        flipped = list(
+            _sql.load(
+                StagedResult,
+                f"UPDATE {StagedResult._meta.db_table} SET canonical = %s, commit_id = %s, committed_at = %s, "
+                "unblocked = %s WHERE attempt_id = %s AND result_digest = %s RETURNING *",
+                [
+                    True,
+                    _sql.prep(StagedResult, "commit_id", commit_id),
+                    _sql.prep(StagedResult, "committed_at", ns.now),
+                    _sql.prep(StagedResult, "unblocked", []),
+                    _sql.prep(StagedResult, "attempt_id", attempt_id),
+                    result_digest,
+                ],
+            )
+        )
+        if not flipped:
             raise NotStaged("this attempt staged no result with this digest", current=current)
         check_transition(task.state, TaskState.COMMITTED, "commit")
         interleave.reach("task_commit.checked")
 
-        commit_id = uuid.uuid4()
         task.state = TaskState.COMMITTED
         task.state_version += 1
         task.result_commit_id = commit_id
         task.result_digest = result_digest
-        task.result = staged.result
+        task.result = flipped[0].result
         task.lease_expires_at = None
         task.updated_at = ns.now
-        task.save(
-            update_fields=[
-                "state",
-                "state_version",
-                "result_commit_id",
-                "result_digest",
-                "result",
-                "lease_expires_at",
-                "updated_at",
-            ]
+        _sql.update(
+            Task,
+            {"task_id": task_id},
+            state=task.state,
+            state_version=task.state_version,
+            result_commit_id=commit_id,
+            result_digest=result_digest,
+            result=task.result,
+            lease_expires_at=None,
+            updated_at=ns.now,
         )
-        Attempt.objects.filter(pk=attempt_id).update(ended_at=ns.now, end_reason=AttemptEnd.COMMITTED)
+        _sql.update(Attempt, {"attempt_id": attempt_id}, ended_at=ns.now, end_reason=AttemptEnd.COMMITTED)
         unblocked = _unblock_successors(task, ns=ns, principal=principal)
-        StagedResult.objects.filter(pk=staged.pk).update(
-            canonical=True, commit_id=commit_id, committed_at=ns.now, unblocked=unblocked
-        )
-        new_event(
+        if unblocked:  # part of the stored answer a repeat of this commit returns
+            _sql.update(StagedResult, {"staged_result_id": flipped[0].pk}, unblocked=unblocked)
+        append_event(
             EventKind.RESULT_COMMITTED,
             namespace_id=ns.id,
             task_id=task_id,
@@ -203,7 +234,7 @@ def task_commit(
                 "result_digest": result_digest,
                 "unblocked": unblocked,
             },
-        ).save(force_insert=True)
+        )
     return Committed(result_commit_id=commit_id, unblocked=unblocked, repeat=False)
 
 
@@ -225,12 +256,14 @@ def _unblock_successors(task: Task, *, ns: NamespaceHold, principal: Principal) 
     predecessors of one task commit at once, the second waits on the first's lock and then — a new statement
     in READ COMMITTED — sees the first's commit, so one of them always releases the successor.
     """
-    waiting = list(
-        Task.objects.select_for_update(no_key=True)
-        .filter(dependency_links__depends_on_id=task.pk, state=TaskState.BLOCKED)
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT t.task_id FROM {Task._meta.db_table} t JOIN {TaskDependency._meta.db_table} d "
+            "ON d.task_id = t.task_id WHERE d.depends_on_id = %s AND t.state = %s ORDER BY t.task_id"
+            + _sql.lock_clause("FOR NO KEY UPDATE OF t"),
+            [task.pk, TaskState.BLOCKED],
+        )
+        waiting = [row[0] for row in cursor.fetchall()]
     if not waiting:
         return []
     open_predecessor = TaskDependency.objects.filter(task_id=OuterRef("pk")).exclude(

@@ -23,7 +23,7 @@ from ..models import (
     TaskState,
 )
 from ..states import check_transition
-from ._base import audit, hold_namespace, lock_task, new_event, task_current
+from ._base import append_event, audit, hold_namespace, lock_task, task_current
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def task_create(
         TaskDependency.objects.bulk_create(
             [TaskDependency(task=task, depends_on_id=dep) for dep in depends_on]
         )
-        new_event(
+        append_event(
             EventKind.TASK_CREATED,
             namespace_id=ns.id,
             task_id=task.task_id,
@@ -139,7 +139,7 @@ def task_create(
                 "input_digest": input_digest,
                 "depends_on": depends_on,
             },
-        ).save(force_insert=True)
+        )
         if principal.role != Role.WORKER:
             audit(
                 principal=principal, action="task_create", at=ns.now, namespace=ns.name, target=task.task_id
@@ -188,7 +188,7 @@ def task_cancel(*, principal: Principal, task_id: str, reason: str) -> Task:
                 "updated_at",
             ]
         )
-        new_event(
+        append_event(
             EventKind.CANCELLED,
             namespace_id=ns.id,
             task_id=task_id,
@@ -198,7 +198,7 @@ def task_cancel(*, principal: Principal, task_id: str, reason: str) -> Task:
             claim_generation=ended["claim_generation"],
             owner_id=ended["owner_id"],
             detail={"reason": reason, "cancel_generation": task.cancel_generation},
-        ).save(force_insert=True)
+        )
         audit(
             principal=principal,
             action="task_cancel",
@@ -227,14 +227,14 @@ def task_requeue(*, principal: Principal, task_id: str) -> Task:
         task.state_version += 1
         task.updated_at = ns.now
         task.save(update_fields=["state", "state_version", "updated_at"])
-        new_event(
+        append_event(
             EventKind.REQUEUED,
             namespace_id=ns.id,
             task_id=task_id,
             at=ns.now,
             principal=principal,
             detail={"state": target},
-        ).save(force_insert=True)
+        )
         audit(principal=principal, action="task_requeue", at=ns.now, namespace=ns.name, target=task_id)
     return task
 
@@ -256,7 +256,7 @@ def task_revise_input(*, principal: Principal, task_id: str, input: Any) -> Task
         task.state_version += 1
         task.updated_at = ns.now
         task.save(update_fields=["input", "input_digest", "state_version", "updated_at"])
-        new_event(
+        append_event(
             EventKind.INPUT_REVISED,
             namespace_id=ns.id,
             task_id=task_id,
@@ -267,7 +267,7 @@ def task_revise_input(*, principal: Principal, task_id: str, input: Any) -> Task
                 "input_digest": new_digest,
                 "state_version": task.state_version,
             },
-        ).save(force_insert=True)
+        )
         audit(
             principal=principal,
             action="task_revise_input",

@@ -19,10 +19,10 @@ from claims.models import Principal
 PINNED = {
     "claim": 5,  # namespace FOR SHARE + clock, read task, CAS update, insert attempt, insert event
     "reclaim": 6,  # + end the previous attempt
-    "claim_next": 5,  # namespace, SKIP LOCKED pick, update, insert attempt, insert event
+    "claim_next": 4,  # namespace, claim the oldest READY (SKIP LOCKED sub-select), insert attempt, insert event
     "renew": 4,  # namespace, lock task, update, event
-    "stage": 5,  # namespace, attempt, existing?, insert, event
-    "commit": 8,  # namespace, lock task, staged, update task, end attempt, successors, canonical, event
+    "stage": 3,  # attempt + clock, insert-if-absent, event
+    "commit": 7,  # namespace, lock task, flip staged to canonical, update task, end attempt, successors, event
 }
 
 
