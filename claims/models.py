@@ -79,6 +79,8 @@ class Task(models.Model):
         max_length=16, choices=ReplayPolicy.choices, default=ReplayPolicy.REPLAYABLE
     )
     resources = models.JSONField(default=list)
+    # Set when a task that waits on this one is created: a commit looks for successors only when there are some.
+    has_successors = models.BooleanField(default=False)
 
     state = models.CharField(max_length=16, choices=TaskState.choices)
     state_version = models.PositiveBigIntegerField(default=1)

@@ -66,13 +66,35 @@ def hold_namespace(*, name: str | None = None, task_id: str | None = None) -> Na
     )
 
 
-def lock_task(task_id: str) -> Task:
-    """The task row FOR NO KEY UPDATE: the decision and the write that follows it see one version of the row,
-    and a concurrent writer of the same task waits for this transaction (it then re-reads the new version)."""
-    task = _sql.select_one(Task, {"task_id": task_id}, tail=_sql.lock_clause("FOR NO KEY UPDATE"))
-    if task is None:
+def hold_task(task_id: str) -> tuple[NamespaceHold, Task]:
+    """The task row FOR NO KEY UPDATE and its namespace FOR SHARE, with the database clock, in one statement.
+
+    The task lock: the decision and the write that follows it see one version of the row, and a concurrent
+    writer of the same task waits for this transaction (then re-reads the new version). The namespace lock is
+    ``hold_namespace``'s. Nothing takes a namespace row exclusively and then waits for a task row (an epoch
+    fence touches attempts, never tasks), so taking both in one statement cannot deadlock.
+    Raises NotFound for an unknown task.
+    """
+    pg = _sql.is_postgres()
+    sql = (
+        f"SELECT t.*, n.name AS ns_name, n.scheduler_epoch AS ns_epoch, n.claims_paused AS ns_paused, "
+        f"n.stage AS ns_stage, {'statement_timestamp()' if pg else 'NULL'} AS db_now "
+        f"FROM {_TASK} t JOIN {_NS} n ON n.id = t.namespace_id WHERE t.task_id = %s"
+        + (" FOR NO KEY UPDATE OF t FOR SHARE OF n" if pg else "")
+    )
+    rows = _sql.load(Task, sql, [task_id])
+    if not rows:
         raise NotFound("no such task")
-    return task
+    task = rows[0]
+    ns = NamespaceHold(
+        id=task.namespace_id,
+        name=task.ns_name,
+        scheduler_epoch=task.ns_epoch,
+        claims_paused=bool(task.ns_paused),
+        stage=task.ns_stage,
+        now=clock.from_db(task.db_now),
+    )
+    return ns, task
 
 
 def task_current(task: Task, ns: NamespaceHold) -> dict[str, Any]:
@@ -124,9 +146,14 @@ def new_event(kind: EventKind, **fields: Any) -> TaskEvent:
     return TaskEvent(**event_values(kind, **fields))
 
 
+def event_statement(kind: EventKind, **fields: Any) -> _sql.Statement:
+    """The INSERT of one event, to run with the writes it describes (``_sql.together``)."""
+    return _sql.insert_statement(TaskEvent, **event_values(kind, **fields))
+
+
 def append_event(kind: EventKind, **fields: Any) -> None:
     """Append one event inside the caller's transaction."""
-    _sql.insert(TaskEvent, **event_values(kind, **fields))
+    _sql.together(event_statement(kind, **fields))
 
 
 def audit(

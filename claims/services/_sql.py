@@ -4,8 +4,8 @@ Why: a claim-next + stage + commit cycle is ~18 statements. Through QuerySets ea
 to compile and materialise, ~3× the statement itself on this hardware, and at 16 workers on a 2-core box that
 CPU is taken from PostgreSQL: the service path reached 0.19× the raw-SQL rate (docs/benchmarks.md). These
 helpers keep Django's own value adaptation (``Field.get_db_prep_save``, so UUIDs, datetimes and JSON are stored
-exactly as the ORM stores them on SQLite and PostgreSQL) and Django's raw-query model loading for reads, and
-only skip the compiler. Statement text is cached per (model, columns).
+exactly as the ORM stores them on SQLite and PostgreSQL) and Django's column converters for reads, and only
+skip the compiler. Statement text is cached per (model, columns, database).
 
 Everything here runs inside the calling service's transaction; locks are named by the caller.
 """
@@ -15,11 +15,17 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connections, models
+
+
+def _db() -> Any:
+    """The connection object itself: each attribute read through django.db.connection is a thread-local
+    lookup, so a helper resolves it once and passes it on."""
+    return connections[DEFAULT_DB_ALIAS]
 
 
 def is_postgres() -> bool:
-    return connection.vendor == "postgresql"
+    return _db().vendor == "postgresql"
 
 
 def lock_clause(kind: str) -> str:
@@ -32,53 +38,101 @@ def _fields(model: type[models.Model]) -> dict[str, models.Field]:
     return {field.attname: field for field in model._meta.concrete_fields}
 
 
-def prep(model: type[models.Model], attname: str, value: Any) -> Any:
+@cache
+def _plain(model: type[models.Model], attname: str) -> bool:
+    """Text, number and boolean columns take Python's value as it is on both databases."""
+    field = _fields(model)[attname]
+    if isinstance(field, models.ForeignKey):
+        field = field.target_field
+    return isinstance(field, (models.CharField, models.TextField, models.IntegerField, models.BooleanField))
+
+
+def prep(model: type[models.Model], attname: str, value: Any, db: Any = None) -> Any:
     """``value`` as the database stores column ``attname`` (a UUID as hex on SQLite, JSON adapted, …)."""
-    if value is None:
-        return None
-    return _fields(model)[attname].get_db_prep_save(value, connection)
+    if value is None or (type(value) in (str, int, bool) and _plain(model, attname)):
+        return value
+    return _fields(model)[attname].get_db_prep_save(value, db or _db())
 
 
 @cache
-def _insert_sql(model: type[models.Model], attnames: tuple[str, ...]) -> str:
-    fields = _fields(model)
-    columns = ", ".join(connection.ops.quote_name(fields[name].column) for name in attnames)
-    return f"INSERT INTO {model._meta.db_table} ({columns}) VALUES ({', '.join(['%s'] * len(attnames))})"
+def _column(model: type[models.Model], attname: str, vendor: str) -> str:
+    return _db().ops.quote_name(_fields(model)[attname].column)
+
+
+@cache
+def _insert_sql(model: type[models.Model], attnames: tuple[str, ...], vendor: str, if_absent: bool) -> str:
+    columns = ", ".join(_column(model, name, vendor) for name in attnames)
+    sql = f"INSERT INTO {model._meta.db_table} ({columns}) VALUES ({', '.join(['%s'] * len(attnames))})"
+    return sql + " ON CONFLICT DO NOTHING" if if_absent else sql
+
+
+Statement = tuple[str, list[Any]]
+
+
+def insert_statement(model: type[models.Model], *, if_absent: bool = False, **values: Any) -> Statement:
+    """An INSERT of one row; ``values`` by attname (``task_id``, not ``task``). With ``if_absent`` a row that
+    would break a unique constraint is skipped (ON CONFLICT DO NOTHING)."""
+    db = _db()
+    sql = _insert_sql(model, tuple(values), db.vendor, if_absent)
+    return sql, [prep(model, name, value, db) for name, value in values.items()]
 
 
 def insert(model: type[models.Model], *, if_absent: bool = False, **values: Any) -> int:
-    """One INSERT of one row; ``values`` by attname (``task_id``, not ``task``). With ``if_absent`` a row that
-    would break a unique constraint is skipped (ON CONFLICT DO NOTHING). Returns the rows inserted."""
-    sql = _insert_sql(model, tuple(values))
-    if if_absent:
-        sql += " ON CONFLICT DO NOTHING"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [prep(model, name, value) for name, value in values.items()])
+    """Run one INSERT; returns the rows inserted (0 when ``if_absent`` skipped it)."""
+    sql, params = insert_statement(model, if_absent=if_absent, **values)
+    with _db().cursor() as cursor:
+        cursor.execute(sql, params)
         return cursor.rowcount
 
 
-def _where(model: type[models.Model], where: dict[str, Any]) -> tuple[str, list[Any]]:
-    fields = _fields(model)
-    clauses, params = [], []
-    for name, value in where.items():
-        column = connection.ops.quote_name(fields[name].column)
-        if value is None:
-            clauses.append(f"{column} IS NULL")
-        else:
-            clauses.append(f"{column} = %s")
-            params.append(prep(model, name, value))
-    return " AND ".join(clauses), params
+def together(*statements: Statement) -> None:
+    """Run writes whose row counts nobody needs in one round trip. On PostgreSQL they become one statement, the
+    first ones as data-modifying WITH clauses (each runs exactly once); SQLite runs them one by one."""
+    db = _db()
+    with db.cursor() as cursor:
+        if db.vendor != "postgresql" or len(statements) == 1:
+            for sql, params in statements:
+                cursor.execute(sql, params)
+            return
+        *first, (last_sql, last_params) = statements
+        clauses = ", ".join(f"w{index} AS ({sql})" for index, (sql, _) in enumerate(first))
+        params = [param for _, statement_params in first for param in statement_params]
+        cursor.execute(f"WITH {clauses} {last_sql}", params + last_params)
+
+
+@cache
+def _where_sql(model: type[models.Model], shape: tuple[tuple[str, bool], ...], vendor: str) -> str:
+    return " AND ".join(
+        f"{_column(model, name, vendor)} IS NULL" if is_null else f"{_column(model, name, vendor)} = %s"
+        for name, is_null in shape
+    )
+
+
+def _where(model: type[models.Model], where: dict[str, Any], db: Any) -> tuple[str, list[Any]]:
+    shape = tuple((name, value is None) for name, value in where.items())
+    params = [prep(model, name, value, db) for name, value in where.items() if value is not None]
+    return _where_sql(model, shape, db.vendor), params
+
+
+@cache
+def _update_sql(model: type[models.Model], attnames: tuple[str, ...], condition: str, vendor: str) -> str:
+    assignments = ", ".join(f"{_column(model, name, vendor)} = %s" for name in attnames)
+    return f"UPDATE {model._meta.db_table} SET {assignments} WHERE {condition}"
+
+
+def update_statement(model: type[models.Model], where: dict[str, Any], **values: Any) -> Statement:
+    """UPDATE … SET values WHERE where (equalities; None means IS NULL)."""
+    db = _db()
+    condition, where_params = _where(model, where, db)
+    sql = _update_sql(model, tuple(values), condition, db.vendor)
+    return sql, [prep(model, name, value, db) for name, value in values.items()] + where_params
 
 
 def update(model: type[models.Model], where: dict[str, Any], **values: Any) -> int:
-    """UPDATE … SET values WHERE where (equalities; None means IS NULL). Returns the rows changed — the
-    compare-and-set's answer: exactly one means we won."""
-    fields = _fields(model)
-    assignments = ", ".join(f"{connection.ops.quote_name(fields[name].column)} = %s" for name in values)
-    condition, where_params = _where(model, where)
-    sql = f"UPDATE {model._meta.db_table} SET {assignments} WHERE {condition}"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [prep(model, name, value) for name, value in values.items()] + where_params)
+    """Run one UPDATE; returns the rows changed — the compare-and-set's answer: exactly one means we won."""
+    sql, params = update_statement(model, where, **values)
+    with _db().cursor() as cursor:
+        cursor.execute(sql, params)
         return cursor.rowcount
 
 
@@ -91,13 +145,14 @@ def select(
     tail: str = "",
     now: bool = False,
 ) -> list[models.Model]:
-    """Rows as model instances (Django's raw-query loading converts every column). ``also`` is a further
-    condition in SQL with its own (already adapted) params; ``tail`` is appended as is (ORDER BY, LIMIT, a lock
-    clause)."""
-    condition, params = _where(model, where)
+    """Rows as model instances, converted as the ORM converts them. ``also`` is a further condition in SQL
+    with its own (already adapted) params; ``tail`` is appended as is (ORDER BY, LIMIT, a lock clause);
+    ``now`` adds the database clock as ``db_now``."""
+    db = _db()
+    condition, params = _where(model, where, db)
     if now:
         # The database clock, read by the same statement (NULL on SQLite: the server's own clock is the database's).
-        columns = "*, statement_timestamp() AS db_now" if is_postgres() else "*, NULL AS db_now"
+        columns = "*, statement_timestamp() AS db_now" if db.vendor == "postgresql" else "*, NULL AS db_now"
     else:
         columns = "*"
     if also:
@@ -105,6 +160,15 @@ def select(
         params += also_params or []
     sql = f"SELECT {columns} FROM {model._meta.db_table} WHERE {condition}{tail}"
     return load(model, sql, params)
+
+
+def select_one(model: type[models.Model], where: dict[str, Any], **kwargs: Any) -> Any:
+    rows = select(model, where, **kwargs)
+    return rows[0] if rows else None
+
+
+def placeholders(values: list[Any]) -> str:
+    return ", ".join(["%s"] * len(values))
 
 
 @cache
@@ -123,20 +187,28 @@ def _converters(
             converters.append(None)
             continue
         expression = field.get_col(model._meta.db_table)
-        chain = connection.ops.get_db_converters(expression) + field.get_db_converters(connection)
+        chain = _db().ops.get_db_converters(expression) + field.get_db_converters(_db())
         names.append(field.attname)
         converters.append((expression, chain) if chain else None)
     return names, converters
 
 
+_COLUMNS: dict[tuple[str, str], tuple[str, ...]] = {}
+
+
 def load(model: type[models.Model], sql: str, params: list[Any]) -> list[Any]:
     """Run ``sql`` (a SELECT, or a write with RETURNING *) and load its rows as ``model`` instances, with the
     conversions the ORM applies. What Model.objects.raw() does, minus its per-call setup."""
-    with connection.cursor() as cursor:
+    db = _db()
+    with db.cursor() as cursor:
         cursor.execute(sql, params)
-        columns = tuple(col[0] for col in cursor.description)
+        # A statement's text fixes its columns; reading cursor.description builds objects per column per call.
+        key = (db.vendor, sql)
+        columns = _COLUMNS.get(key)
+        if columns is None:
+            columns = _COLUMNS[key] = tuple(col[0] for col in cursor.description)
         rows = cursor.fetchall()
-    names, converters = _converters(model, columns, connection.vendor)
+    names, converters = _converters(model, columns, db.vendor)
     field_names = {field.attname for field in model._meta.concrete_fields}
     loaded = []
     for row in rows:
@@ -145,21 +217,10 @@ def load(model: type[models.Model], sql: str, params: list[Any]) -> list[Any]:
             if conversion is not None:
                 expression, chain = conversion
                 for converter in chain:
-                    value = converter(value, expression, connection)
+                    value = converter(value, expression, db)
             values[name] = value
-        instance = model.from_db(
-            connection.alias, None, [values[f.attname] for f in model._meta.concrete_fields]
-        )
+        instance = model.from_db(db.alias, None, [values[f.attname] for f in model._meta.concrete_fields])
         for name in values.keys() - field_names:
             setattr(instance, name, values[name])
         loaded.append(instance)
     return loaded
-
-
-def select_one(model: type[models.Model], where: dict[str, Any], **kwargs: Any) -> Any:
-    rows = select(model, where, **kwargs)
-    return rows[0] if rows else None
-
-
-def placeholders(values: list[Any]) -> str:
-    return ", ".join(["%s"] * len(values))

@@ -29,8 +29,9 @@ from ._base import (
     NamespaceHold,
     RejectionLog,
     append_event,
+    event_statement,
     hold_namespace,
-    lock_task,
+    hold_task,
     task_current,
 )
 
@@ -193,42 +194,50 @@ def _grant(
 ) -> ClaimGrant:
     """The writes of a won claim, inside the caller's transaction, once the task row carries the new claim:
     end the previous attempt (expired or fenced), create the new one, append `claimed` or `reclaimed`."""
+    writes = []
     if previous is not None:
-        _sql.update(
-            Attempt,
-            {"attempt_id": uuid.UUID(previous["attempt_id"]), "ended_at": None},
-            ended_at=ns.now,
-            end_reason=AttemptEnd.FENCED if previous["ended"] == "epoch" else AttemptEnd.RECLAIMED,
+        writes.append(
+            _sql.update_statement(
+                Attempt,
+                {"attempt_id": uuid.UUID(previous["attempt_id"]), "ended_at": None},
+                ended_at=ns.now,
+                end_reason=AttemptEnd.FENCED if previous["ended"] == "epoch" else AttemptEnd.RECLAIMED,
+            )
         )
-    _sql.insert(
-        Attempt,
-        attempt_id=task.attempt_id,
-        task_id=task.task_id,
-        namespace_id=ns.id,
-        owner_id=task.owner_id,
-        pool=principal.pool,
-        claim_generation=task.claim_generation,
-        scheduler_epoch=ns.scheduler_epoch,
-        cancel_generation=task.cancel_generation,
-        input_digest=task.input_digest,
-        started_at=ns.now,
+    writes.append(
+        _sql.insert_statement(
+            Attempt,
+            attempt_id=task.attempt_id,
+            task_id=task.task_id,
+            namespace_id=ns.id,
+            owner_id=task.owner_id,
+            pool=principal.pool,
+            claim_generation=task.claim_generation,
+            scheduler_epoch=ns.scheduler_epoch,
+            cancel_generation=task.cancel_generation,
+            input_digest=task.input_digest,
+            started_at=ns.now,
+        )
     )
     detail: dict[str, Any] = {"lease_expires_at": task.lease_expires_at.isoformat()}
     if previous is not None:
         detail["previous"] = previous
-    append_event(
-        EventKind.RECLAIMED if previous else EventKind.CLAIMED,
-        namespace_id=ns.id,
-        task_id=task.task_id,
-        at=ns.now,
-        principal=principal,
-        attempt_id=task.attempt_id,
-        claim_generation=task.claim_generation,
-        scheduler_epoch=ns.scheduler_epoch,
-        owner_id=task.owner_id,
-        point=AcceptancePoint.CLAIM,
-        detail=detail,
+    writes.append(
+        event_statement(
+            EventKind.RECLAIMED if previous else EventKind.CLAIMED,
+            namespace_id=ns.id,
+            task_id=task.task_id,
+            at=ns.now,
+            principal=principal,
+            attempt_id=task.attempt_id,
+            claim_generation=task.claim_generation,
+            scheduler_epoch=ns.scheduler_epoch,
+            owner_id=task.owner_id,
+            point=AcceptancePoint.CLAIM,
+            detail=detail,
+        )
     )
+    _sql.together(*writes)
     return ClaimGrant(task=task, attempt_id=task.attempt_id, scheduler_epoch=ns.scheduler_epoch, fences={})
 
 
@@ -389,9 +398,8 @@ def task_renew(
         owner_id=owner_id,
     )
     with log, transaction.atomic(durable=True):
-        ns = hold_namespace(task_id=task_id)
+        ns, task = hold_task(task_id)
         log.namespace_id = ns.id
-        task = lock_task(task_id)
         _check_owner(principal, owner_id)
         granted_epoch = resolve_attempt(task, attempt_id, principal)
         if task.state == TaskState.CANCELLED or cancel_generation != task.cancel_generation:
@@ -409,19 +417,23 @@ def task_renew(
             raise Expired("the lease ran out: claim again", current=task_current(task, ns))
         task.lease_expires_at = ns.now + timedelta(seconds=extend_seconds)
         task.updated_at = ns.now
-        _sql.update(Task, {"task_id": task_id}, lease_expires_at=task.lease_expires_at, updated_at=ns.now)
-        append_event(
-            EventKind.RENEWED,
-            namespace_id=ns.id,
-            task_id=task_id,
-            at=ns.now,
-            principal=principal,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            scheduler_epoch=ns.scheduler_epoch,
-            owner_id=owner_id,
-            point=AcceptancePoint.RENEW,
-            detail={"lease_expires_at": task.lease_expires_at.isoformat()},
+        _sql.together(
+            _sql.update_statement(
+                Task, {"task_id": task_id}, lease_expires_at=task.lease_expires_at, updated_at=ns.now
+            ),
+            event_statement(
+                EventKind.RENEWED,
+                namespace_id=ns.id,
+                task_id=task_id,
+                at=ns.now,
+                principal=principal,
+                attempt_id=attempt_id,
+                claim_generation=claim_generation,
+                scheduler_epoch=ns.scheduler_epoch,
+                owner_id=owner_id,
+                point=AcceptancePoint.RENEW,
+                detail={"lease_expires_at": task.lease_expires_at.isoformat()},
+            ),
         )
     return task
 
@@ -450,9 +462,8 @@ def task_release(
         owner_id=owner_id,
     )
     with log, transaction.atomic(durable=True):
-        ns = hold_namespace(task_id=task_id)
+        ns, task = hold_task(task_id)
         log.namespace_id = ns.id
-        task = lock_task(task_id)
         _check_owner(principal, owner_id)
         granted_epoch = resolve_attempt(task, attempt_id, principal)
         check_authority(

@@ -29,8 +29,8 @@ from ._base import (
     NamespaceHold,
     RejectionLog,
     append_event,
-    hold_namespace,
-    lock_task,
+    event_statement,
+    hold_task,
     new_event,
     task_current,
 )
@@ -146,9 +146,8 @@ def task_commit(
         scheduler_epoch=scheduler_epoch,
     )
     with log, transaction.atomic(durable=True):
-        ns = hold_namespace(task_id=task_id)
+        ns, task = hold_task(task_id)
         log.namespace_id = ns.id
-        task = lock_task(task_id)
         _check_resources_named(task, resources)
         granted_epoch = resolve_attempt(task, attempt_id, principal)
         if (
@@ -203,38 +202,54 @@ def task_commit(
         task.result = flipped[0].result
         task.lease_expires_at = None
         task.updated_at = ns.now
-        _sql.update(
-            Task,
-            {"task_id": task_id},
-            state=task.state,
-            state_version=task.state_version,
-            result_commit_id=commit_id,
-            result_digest=result_digest,
-            result=task.result,
-            lease_expires_at=None,
-            updated_at=ns.now,
+        writes = [
+            _sql.update_statement(
+                Task,
+                {"task_id": task_id},
+                state=task.state,
+                state_version=task.state_version,
+                result_commit_id=commit_id,
+                result_digest=result_digest,
+                result=task.result,
+                lease_expires_at=None,
+                updated_at=ns.now,
+            ),
+            _sql.update_statement(
+                Attempt, {"attempt_id": attempt_id}, ended_at=ns.now, end_reason=AttemptEnd.COMMITTED
+            ),
+        ]
+        unblocked: list[str] = []
+        if task.has_successors:
+            # The successor check must see this task COMMITTED: write it first.
+            _sql.together(*writes)
+            writes = []
+            unblocked = _unblock_successors(task, ns=ns, principal=principal)
+            if unblocked:  # part of the stored answer a repeat of this commit returns
+                writes.append(
+                    _sql.update_statement(
+                        StagedResult, {"staged_result_id": flipped[0].pk}, unblocked=unblocked
+                    )
+                )
+        writes.append(
+            event_statement(
+                EventKind.RESULT_COMMITTED,
+                namespace_id=ns.id,
+                task_id=task_id,
+                at=ns.now,
+                principal=principal,
+                attempt_id=attempt_id,
+                claim_generation=claim_generation,
+                scheduler_epoch=ns.scheduler_epoch,
+                owner_id=task.owner_id,
+                point=AcceptancePoint.COMMIT,
+                detail={
+                    "result_commit_id": str(commit_id),
+                    "result_digest": result_digest,
+                    "unblocked": unblocked,
+                },
+            )
         )
-        _sql.update(Attempt, {"attempt_id": attempt_id}, ended_at=ns.now, end_reason=AttemptEnd.COMMITTED)
-        unblocked = _unblock_successors(task, ns=ns, principal=principal)
-        if unblocked:  # part of the stored answer a repeat of this commit returns
-            _sql.update(StagedResult, {"staged_result_id": flipped[0].pk}, unblocked=unblocked)
-        append_event(
-            EventKind.RESULT_COMMITTED,
-            namespace_id=ns.id,
-            task_id=task_id,
-            at=ns.now,
-            principal=principal,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            scheduler_epoch=ns.scheduler_epoch,
-            owner_id=task.owner_id,
-            point=AcceptancePoint.COMMIT,
-            detail={
-                "result_commit_id": str(commit_id),
-                "result_digest": result_digest,
-                "unblocked": unblocked,
-            },
-        )
+        _sql.together(*writes)
     return Committed(result_commit_id=commit_id, unblocked=unblocked, repeat=False)
 
 

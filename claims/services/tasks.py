@@ -23,7 +23,7 @@ from ..models import (
     TaskState,
 )
 from ..states import check_transition
-from ._base import append_event, audit, hold_namespace, lock_task, task_current
+from ._base import append_event, audit, hold_namespace, hold_task, task_current
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,8 @@ class TaskCreated:
     created: bool  # False: an idempotent repeat of an identical create
 
 
-def _predecessor_states(ids: list[str], namespace_id: int) -> dict[str, str]:
-    """The predecessors' states, each row held FOR SHARE until this transaction ends.
+def _predecessor_states(ids: list[str], namespace_id: int, *, lock: str = "FOR SHARE") -> dict[str, str]:
+    """The predecessors' states, each row locked (in key order) until this transaction ends.
 
     Closes the race where a predecessor's commit runs while this transaction decides BLOCKED: the commit holds
     the predecessor row FOR NO KEY UPDATE, so we wait for it and then read COMMITTED; a commit that starts after
@@ -48,7 +48,7 @@ def _predecessor_states(ids: list[str], namespace_id: int) -> dict[str, str]:
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT task_id, state FROM {table} WHERE task_id IN ({placeholders}) AND namespace_id = %s "
-                "ORDER BY task_id FOR SHARE",
+                f"ORDER BY task_id {lock}",
                 [*ids, namespace_id],
             )
             return dict(cursor.fetchall())
@@ -99,7 +99,8 @@ def task_create(
         errors: dict[str, list[str]] = {}
         if task_id in depends_on:
             errors["depends_on"] = ["a task cannot depend on itself"]
-        states = _predecessor_states(depends_on, ns.id)
+        # FOR NO KEY UPDATE, not FOR SHARE: we mark the open predecessors has_successors below.
+        states = _predecessor_states(depends_on, ns.id, lock="FOR NO KEY UPDATE")
         unknown = [dep for dep in depends_on if dep not in states]
         if unknown:
             errors.setdefault("depends_on", []).append(
@@ -127,6 +128,8 @@ def task_create(
         TaskDependency.objects.bulk_create(
             [TaskDependency(task=task, depends_on_id=dep) for dep in depends_on]
         )
+        open_predecessors = [dep for dep, state in states.items() if state != TaskState.COMMITTED]
+        Task.objects.filter(pk__in=open_predecessors, has_successors=False).update(has_successors=True)
         append_event(
             EventKind.TASK_CREATED,
             namespace_id=ns.id,
@@ -158,8 +161,7 @@ def task_cancel(*, principal: Principal, task_id: str, reason: str) -> Task:
     """Cancel: cancel_generation+1, state CANCELLED, the current attempt ends. A commit is final
     (NOT_CANCELLABLE). Cancelling a cancelled task changes nothing and answers with the task as it is."""
     with transaction.atomic(durable=True):
-        ns = hold_namespace(task_id=task_id)
-        task = lock_task(task_id)
+        ns, task = hold_task(task_id)
         if task.state == TaskState.COMMITTED:
             raise NotCancellable("a committed task cannot be cancelled", current=task_current(task, ns))
         if task.state == TaskState.CANCELLED:
@@ -214,8 +216,7 @@ def task_requeue(*, principal: Principal, task_id: str) -> Task:
     """A CANCELLED task back to READY (BLOCKED while a predecessor is uncommitted). cancel_generation stays,
     so attempts from before the cancel stay cancelled."""
     with transaction.atomic(durable=True):
-        ns = hold_namespace(task_id=task_id)
-        task = lock_task(task_id)
+        ns, task = hold_task(task_id)
         if task.state != TaskState.CANCELLED:
             raise InvalidTransition("only a CANCELLED task can be requeued", current=task_current(task, ns))
         states = _predecessor_states(list(task.depends_on), ns.id)
@@ -244,8 +245,7 @@ def task_revise_input(*, principal: Principal, task_id: str, input: Any) -> Task
     gets STALE_INPUT. Revising to the identical input changes nothing (no version bump, no stale claims)."""
     new_digest = digest(input)
     with transaction.atomic(durable=True):
-        ns = hold_namespace(task_id=task_id)
-        task = lock_task(task_id)
+        ns, task = hold_task(task_id)
         if task.state in (TaskState.COMMITTED, TaskState.CANCELLED):
             raise NotRevisable(f"a {task.state} task's input cannot change", current=task_current(task, ns))
         if task.input_digest == new_digest:
