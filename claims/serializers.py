@@ -89,6 +89,29 @@ def identifier(**kwargs: Any) -> StrictCharField:
     return StrictCharField(max_length=200, min_length=1, **kwargs)
 
 
+# Task ids appear in URL paths (/api/v1/tasks/{task_id}/claim), so they hold no '/', '?', '#' or spaces.
+TASK_ID_RE = r"^[A-Za-z0-9][A-Za-z0-9._:@+=~-]*$"
+
+
+class StrictRegexField(serializers.RegexField):
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+def task_identifier(**kwargs: Any) -> serializers.RegexField:
+    return StrictRegexField(
+        TASK_ID_RE,
+        max_length=200,
+        error_messages={
+            "invalid": "Letters, digits and . _ : @ + = ~ - only (it is part of URLs); start with a "
+            "letter or digit."
+        },
+        **kwargs,
+    )
+
+
 class StrictSerializer(serializers.Serializer):
     """Refuses fields the contract does not name."""
 
@@ -104,11 +127,11 @@ class StrictSerializer(serializers.Serializer):
 
 
 class TaskCreateIn(StrictSerializer):
-    task_id = identifier(required=False)
+    task_id = task_identifier(required=False)
     namespace = StrictCharField(max_length=100, required=False, default="default")
     node_id = identifier()
     input = JSONValueField()
-    depends_on = serializers.ListField(child=identifier(), required=False, default=list, max_length=1000)
+    depends_on = serializers.ListField(child=task_identifier(), required=False, default=list, max_length=1000)
     replay_policy = serializers.ChoiceField(
         choices=ReplayPolicy.choices, required=False, default=ReplayPolicy.REPLAYABLE
     )

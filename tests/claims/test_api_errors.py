@@ -176,6 +176,9 @@ def test_a_json_array_instead_of_an_object_is_400(worker_a, ready_task):
         ({"node_id": "n"}, "input"),
         ({"node_id": "n", "input": 1, "replay_policy": "X"}, "replay_policy"),
         ({"node_id": "", "input": 1}, "node_id"),
+        ({"task_id": "run-7/parse", "node_id": "n", "input": 1}, "task_id"),
+        ({"task_id": 7, "node_id": "n", "input": 1}, "task_id"),
+        ({"node_id": "n", "input": 1, "depends_on": "t-1"}, "depends_on"),
     ],
 )
 def test_malformed_task_bodies_are_400(operator, default_namespace, body, field):

@@ -7,7 +7,7 @@ from claims.models import Attempt, AuditEntry, Task, TaskEvent
 
 
 def test_create_makes_a_ready_task_with_the_contracts_fields(operator):
-    response = operator.create(node_id="lint", input={"files": ["a.py"]}, task_id="run-1/lint")
+    response = operator.create(node_id="lint", input={"files": ["a.py"]}, task_id="run-1:lint")
 
     assert response.status_code == 201
     body = response.json()
@@ -36,7 +36,7 @@ def test_create_makes_a_ready_task_with_the_contracts_fields(operator):
     }
     assert body["input_digest"] == digest({"files": ["a.py"]})
     assert (body["state"], body["claim_generation"], body["namespace"]) == ("READY", 0, "default")
-    assert Task.objects.filter(pk="run-1/lint").exists()
+    assert Task.objects.filter(pk="run-1:lint").exists()
 
 
 def test_creating_the_same_task_again_is_idempotent(operator):
