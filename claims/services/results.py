@@ -144,6 +144,7 @@ def task_commit(
         attempt_id=attempt_id,
         claim_generation=claim_generation,
         scheduler_epoch=scheduler_epoch,
+        owner_id=principal.owner_id,
     )
     with log, transaction.atomic(durable=True):
         ns, task = hold_task(task_id)
