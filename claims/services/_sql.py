@@ -85,6 +85,34 @@ def insert(model: type[models.Model], *, if_absent: bool = False, **values: Any)
         return cursor.rowcount
 
 
+@cache
+def _insert_select_sql(model: type[models.Model], attnames: tuple[str, ...], vendor: str) -> str:
+    fields = _fields(model)
+    columns = ", ".join(_column(model, name, vendor) for name in attnames)
+    # Typed placeholders: in a SELECT list an untyped literal would resolve to text, not the column's type.
+    values = ", ".join(f"%s::{fields[name].db_type(_db())}" for name in attnames)
+    return f"INSERT INTO {model._meta.db_table} ({columns}) SELECT {values} FROM first"
+
+
+def insert_if_absent_then(first: Statement, model: type[models.Model], **values: Any) -> bool:
+    """Run ``first`` (an ``insert_statement(..., if_absent=True)``) and, only when it inserted its row, insert one
+    ``model`` row — the event that records it. One statement on PostgreSQL (the second INSERT selects from the
+    first's RETURNING); two on SQLite. Returns whether ``first`` inserted."""
+    db = _db()
+    first_sql, first_params = first
+    then_params = [prep(model, name, value, db) for name, value in values.items()]
+    with db.cursor() as cursor:
+        if db.vendor != "postgresql":
+            cursor.execute(first_sql, first_params)
+            if cursor.rowcount != 1:
+                return False
+            cursor.execute(_insert_sql(model, tuple(values), db.vendor, False), then_params)
+            return True
+        sql = _insert_select_sql(model, tuple(values), db.vendor)
+        cursor.execute(f"WITH first AS ({first_sql} RETURNING 1) {sql}", first_params + then_params)
+        return cursor.rowcount == 1
+
+
 def together(*statements: Statement) -> None:
     """Run writes whose row counts nobody needs in one round trip. On PostgreSQL they become one statement, the
     first ones as data-modifying WITH clauses (each runs exactly once); SQLite runs them one by one."""

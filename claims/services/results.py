@@ -28,8 +28,8 @@ from . import _sql
 from ._base import (
     NamespaceHold,
     RejectionLog,
-    append_event,
     event_statement,
+    event_values,
     hold_task,
     new_event,
     task_current,
@@ -92,23 +92,27 @@ def result_stage(
         )
         # (attempt, result_digest) is unique: a repeat inserts nothing and answers with the existing record.
         fields = {f.attname: getattr(staged, f.attname) for f in StagedResult._meta.concrete_fields}
-        if not _sql.insert(StagedResult, if_absent=True, **fields):
+        inserted = _sql.insert_if_absent_then(
+            _sql.insert_statement(StagedResult, if_absent=True, **fields),
+            TaskEvent,
+            **event_values(
+                EventKind.RESULT_STAGED,
+                namespace_id=attempt.namespace_id,
+                task_id=task_id,
+                at=now,
+                principal=principal,
+                attempt_id=attempt_id,
+                claim_generation=claim_generation,
+                scheduler_epoch=attempt.scheduler_epoch,
+                owner_id=attempt.owner_id,
+                detail={"staged_result_id": str(staged.pk), "result_digest": result_digest},
+            ),
+        )
+        if not inserted:
             existing = _sql.select_one(
                 StagedResult, {"attempt_id": attempt_id, "result_digest": result_digest}
             )
             return Staged(existing, created=False)
-        append_event(
-            EventKind.RESULT_STAGED,
-            namespace_id=attempt.namespace_id,
-            task_id=task_id,
-            at=now,
-            principal=principal,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            scheduler_epoch=attempt.scheduler_epoch,
-            owner_id=attempt.owner_id,
-            detail={"staged_result_id": str(staged.pk), "result_digest": result_digest},
-        )
     return Staged(staged, created=True)
 
 

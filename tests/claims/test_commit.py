@@ -45,6 +45,7 @@ def test_staging_the_same_digest_again_returns_the_same_record(worker_a, ready_t
     assert first.status_code == second.status_code == 201
     assert first.json()["staged_result_id"] == second.json()["staged_result_id"]
     assert StagedResult.objects.filter(task_id=ready_task).count() == 1
+    assert TaskEvent.objects.filter(task_id=ready_task, kind="result_staged").count() == 1
 
 
 def test_a_digest_that_does_not_match_its_value_is_a_400(worker_a, ready_task):

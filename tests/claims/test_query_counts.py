@@ -23,7 +23,7 @@ PINNED = {
         "reclaim": 4,  # the same; ending the previous attempt joins the attempt + event statement
         "claim_next": 3,  # namespace, claim the oldest READY (SKIP LOCKED sub-select), attempt + event
         "renew": 2,  # task FOR NO KEY UPDATE + namespace FOR SHARE + clock, lease + event
-        "stage": 3,  # attempt + clock, insert-if-absent, event
+        "stage": 2,  # attempt + clock, then the staged row if absent with its event
         "commit": 3,  # task + namespace + clock, flip staged to canonical, task + attempt + event
     },
     "sqlite": {
