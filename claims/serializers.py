@@ -28,11 +28,13 @@ class StrictIntegerField(serializers.IntegerField):
 
 
 class StrictCharField(serializers.CharField):
-    default_error_messages = {"invalid": "A string is required."}
+    default_error_messages = {"invalid": "A string is required.", "nul": "NUL characters are not allowed."}
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
             self.fail("invalid")
+        if "\x00" in data:  # PostgreSQL text cannot hold them; refuse before any query
+            self.fail("nul")
         return super().to_internal_value(data)
 
 
@@ -41,6 +43,16 @@ class StrictUUIDField(serializers.UUIDField):
         if not isinstance(data, str):
             self.fail("invalid", value=data)
         return super().to_internal_value(data)
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(item) for item in value)
+    return False
 
 
 class JSONValueField(serializers.JSONField):
@@ -60,6 +72,8 @@ class JSONValueField(serializers.JSONField):
             raise serializers.ValidationError(
                 f"At most {settings.CLAIMS_MAX_VALUE_BYTES} bytes of canonical JSON."
             )
+        if _has_nul(value):  # jsonb cannot store \u0000 (SQLite could): refuse it on both
+            raise serializers.ValidationError("NUL characters (\\u0000) are not allowed in JSON strings.")
         return value
 
 
@@ -95,7 +109,7 @@ TASK_ID_RE = r"^[A-Za-z0-9][A-Za-z0-9._:@+=~-]*$"
 
 class StrictRegexField(serializers.RegexField):
     def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
+        if not isinstance(data, str) or "\x00" in data:
             self.fail("invalid")
         return super().to_internal_value(data)
 
@@ -216,7 +230,7 @@ class NamespaceCreateIn(StrictSerializer):
 
 
 class TaskListQuery(serializers.Serializer):
-    namespace = serializers.CharField(max_length=100, required=False)
+    namespace = StrictCharField(max_length=100, required=False)
     state = serializers.ChoiceField(choices=TaskState.choices, required=False)
 
 

@@ -1,25 +1,45 @@
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, register_converter
 
 from . import apis
+
+
+class TaskIdConverter:
+    """Task ids as task_create accepts them; anything else in the path is a 404 before any query runs."""
+
+    regex = r"[A-Za-z0-9][A-Za-z0-9._:@+=~-]{0,199}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+class NameConverter(TaskIdConverter):
+    regex = r"[-a-zA-Z0-9_]{1,100}"
+
+
+register_converter(TaskIdConverter, "task_id")
+register_converter(NameConverter, "ns")
 
 # Paths exactly as claim-v1.md writes them: no trailing slash.
 urlpatterns = [
     path("tasks", apis.TaskListCreateApi.as_view(), name="tasks"),
-    path("tasks/<str:task_id>", apis.TaskDetailApi.as_view(), name="task"),
-    path("tasks/<str:task_id>/events", apis.TaskEventsApi.as_view(), name="task-events"),
-    path("tasks/<str:task_id>/input", apis.TaskInputApi.as_view(), name="task-input"),
-    path("tasks/<str:task_id>/cancel", apis.TaskCancelApi.as_view(), name="task-cancel"),
-    path("tasks/<str:task_id>/requeue", apis.TaskRequeueApi.as_view(), name="task-requeue"),
-    path("tasks/<str:task_id>/claim", apis.TaskClaimApi.as_view(), name="task-claim"),
-    path("tasks/<str:task_id>/renew", apis.TaskRenewApi.as_view(), name="task-renew"),
-    path("tasks/<str:task_id>/release", apis.TaskReleaseApi.as_view(), name="task-release"),
-    path("tasks/<str:task_id>/results", apis.TaskResultsApi.as_view(), name="task-results"),
-    path("tasks/<str:task_id>/commit", apis.TaskCommitApi.as_view(), name="task-commit"),
+    path("tasks/<task_id:task_id>", apis.TaskDetailApi.as_view(), name="task"),
+    path("tasks/<task_id:task_id>/events", apis.TaskEventsApi.as_view(), name="task-events"),
+    path("tasks/<task_id:task_id>/input", apis.TaskInputApi.as_view(), name="task-input"),
+    path("tasks/<task_id:task_id>/cancel", apis.TaskCancelApi.as_view(), name="task-cancel"),
+    path("tasks/<task_id:task_id>/requeue", apis.TaskRequeueApi.as_view(), name="task-requeue"),
+    path("tasks/<task_id:task_id>/claim", apis.TaskClaimApi.as_view(), name="task-claim"),
+    path("tasks/<task_id:task_id>/renew", apis.TaskRenewApi.as_view(), name="task-renew"),
+    path("tasks/<task_id:task_id>/release", apis.TaskReleaseApi.as_view(), name="task-release"),
+    path("tasks/<task_id:task_id>/results", apis.TaskResultsApi.as_view(), name="task-results"),
+    path("tasks/<task_id:task_id>/commit", apis.TaskCommitApi.as_view(), name="task-commit"),
     path("claims", apis.ClaimNextApi.as_view(), name="claim-next"),
     path("namespaces", apis.NamespaceListCreateApi.as_view(), name="namespaces"),
-    path("namespaces/<str:ns>", apis.NamespaceDetailApi.as_view(), name="namespace"),
-    path("namespaces/<str:ns>/fence", apis.NamespaceFenceApi.as_view(), name="namespace-fence"),
-    path("namespaces/<str:ns>/resume", apis.NamespaceResumeApi.as_view(), name="namespace-resume"),
+    path("namespaces/<ns:ns>", apis.NamespaceDetailApi.as_view(), name="namespace"),
+    path("namespaces/<ns:ns>/fence", apis.NamespaceFenceApi.as_view(), name="namespace-fence"),
+    path("namespaces/<ns:ns>/resume", apis.NamespaceResumeApi.as_view(), name="namespace-resume"),
 ]

@@ -133,7 +133,7 @@ WHITENOISE_USE_FINDERS = True  # serve app static files without collectstatic on
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["claims.auth.BearerTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["claims.permissions.AnyRole"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["claims.parsers.StrictJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PAGINATION_CLASS": "claims.pagination.Pagination",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -166,4 +166,3 @@ if LEASE_MAX_SECONDS < LEASE_MIN_SECONDS:
 # Upper bound of any JSON value a client may send (task input, staged result), in bytes.
 CLAIMS_MAX_VALUE_BYTES = env_int("CLAIMS_MAX_VALUE_BYTES", 1_000_000, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = CLAIMS_MAX_VALUE_BYTES * 2 + 65536
-METRICS_TOKEN = env_str("METRICS_TOKEN", "")

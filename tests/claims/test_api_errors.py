@@ -297,3 +297,51 @@ def test_the_openapi_schema_and_docs_need_no_token(anonymous):
     ]:
         assert path in paths
     assert "bearer" in schema.json()["components"]["securitySchemes"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"node_id": "a\x00b", "input": 1},
+        {"node_id": "n", "input": {"k": "v\x00"}},
+        {"node_id": "n", "input": {"k\x00": 1}},
+    ],
+)
+def test_nul_characters_are_400_not_a_database_error(operator, default_namespace, body):
+    response = operator.post("/tasks", body)
+
+    assert response.status_code == 400
+    assert not Task.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/v1/tasks/a%00b", "/api/v1/tasks/a%00b/events", "/api/v1/namespaces/x%00"]
+)
+def test_ids_in_paths_that_no_task_could_have_are_404(worker_a, path):
+    assert worker_a.client.get(path).status_code == 404
+
+
+def test_a_body_nested_too_deeply_is_400(worker_a, ready_task):
+    body = "[" * 100_000 + "]" * 100_000
+    response = worker_a.client.post(
+        f"/api/v1/tasks/{ready_task}/claim", body, content_type="application/json"
+    )
+
+    assert response.status_code == 400
+
+
+def test_a_body_over_the_size_limit_is_400(operator, default_namespace, settings):
+    response = operator.client.post(
+        "/api/v1/tasks",
+        '{"node_id": "n", "input": "' + "x" * 3_000_000 + '"}',
+        content_type="application/json",
+    )
+
+    assert response.status_code == 400
+    assert not Task.objects.exists()
+
+
+def test_the_home_page_links_the_docs(anonymous):
+    response = anonymous.get("/")
+
+    assert response.status_code == 200 and b"/api/v1/docs/" in response.content

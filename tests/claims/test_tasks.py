@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from claims.digest import digest
 from claims.models import Attempt, AuditEntry, Task, TaskEvent
 
@@ -152,3 +154,17 @@ def test_the_frontier_is_the_ready_list(operator, worker_a):
     frontier = worker_a.get("/tasks", state="READY", namespace="default").json()
 
     assert frontier["count"] == 1 and [t["task_id"] for t in frontier["results"]] == [ready]
+
+
+def test_the_timeline_and_audit_log_refuse_updates_in_the_database(operator, ready_task):
+    from django.db import DatabaseError, transaction
+
+    from claims.models import AuditEntry
+
+    operator.post(f"/tasks/{ready_task}/cancel", {"reason": "x"})
+
+    with pytest.raises(DatabaseError), transaction.atomic():
+        TaskEvent.objects.filter(task_id=ready_task).update(principal="someone-else")
+    with pytest.raises(DatabaseError), transaction.atomic():
+        AuditEntry.objects.update(principal="someone-else")
+    assert set(TaskEvent.objects.values_list("principal", flat=True)) == {"olivia-operator"}
