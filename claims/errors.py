@@ -124,6 +124,26 @@ class NamespaceExists(Conflict):
     outcome = "NAMESPACE_EXISTS"
 
 
+class ResourceExists(Conflict):
+    outcome = "RESOURCE_EXISTS"
+
+
+class StaleFence(Conflict):
+    outcome = "STALE_FENCE"
+
+
+class PayloadConflict(Conflict):
+    outcome = "PAYLOAD_CONFLICT"
+
+
+class ApprovalRequired(Conflict):
+    outcome = "APPROVAL_REQUIRED"
+
+
+class NotUnknown(Conflict):
+    outcome = "NOT_UNKNOWN"
+
+
 def _field_errors(detail: Any) -> dict[str, list[str]]:
     if isinstance(detail, dict):
         return {str(key): _messages(value) for key, value in detail.items()}

@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 
 from . import clock
 from .errors import NotFound
-from .models import Namespace, StagedResult, Task, TaskEvent, TaskState
+from .models import Effect, EffectState, Namespace, StagedResult, Task, TaskEvent, TaskState
 
 
 def task_get(*, task_id: str) -> Task:
@@ -57,12 +57,12 @@ def live_claims(namespace: Namespace, *, now: Any = None) -> QuerySet[Task]:
 
 def namespace_drain(namespace: Namespace) -> dict[str, int]:
     """What still runs in a namespace: live leases, UNKNOWN effects, staged results of live attempts that are
-    not yet committed. Effects arrive with the effect ledger; until then there are none to count."""
+    not yet committed."""
     now = clock.now()
     live = live_claims(namespace, now=now)
     awaiting = StagedResult.objects.filter(canonical=False, attempt_id__in=live.values("attempt_id"))
     return {
         "active_leases": live.count(),
-        "unknown_effects": 0,
+        "unknown_effects": Effect.objects.filter(namespace=namespace, state=EffectState.UNKNOWN).count(),
         "awaiting_commit": awaiting.count(),
     }

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path, register_converter
 
-from . import apis
+from . import apis, effect_apis
 
 
 class TaskIdConverter:
@@ -24,6 +24,13 @@ class NameConverter(TaskIdConverter):
 register_converter(TaskIdConverter, "task_id")
 register_converter(NameConverter, "ns")
 
+
+class EffectIdConverter(TaskIdConverter):
+    regex = r"[0-9a-f]{64}"
+
+
+register_converter(EffectIdConverter, "effect_id")
+
 # Paths exactly as claim-v1.md writes them: no trailing slash.
 urlpatterns = [
     path("tasks", apis.TaskListCreateApi.as_view(), name="tasks"),
@@ -38,6 +45,27 @@ urlpatterns = [
     path("tasks/<task_id:task_id>/results", apis.TaskResultsApi.as_view(), name="task-results"),
     path("tasks/<task_id:task_id>/commit", apis.TaskCommitApi.as_view(), name="task-commit"),
     path("claims", apis.ClaimNextApi.as_view(), name="claim-next"),
+    path("effects/prepare", effect_apis.EffectPrepareApi.as_view(), name="effect-prepare"),
+    path("effects/<effect_id:effect_id>", effect_apis.EffectDetailApi.as_view(), name="effect"),
+    path(
+        "effects/<effect_id:effect_id>/approve", effect_apis.EffectApproveApi.as_view(), name="effect-approve"
+    ),
+    path(
+        "effects/<effect_id:effect_id>/outcome", effect_apis.EffectOutcomeApi.as_view(), name="effect-outcome"
+    ),
+    path(
+        "effects/<effect_id:effect_id>/reconcile",
+        effect_apis.EffectReconcileApi.as_view(),
+        name="effect-reconcile",
+    ),
+    path(
+        "effects/<effect_id:effect_id>/dispatch",
+        effect_apis.EffectDispatchApi.as_view(),
+        name="effect-dispatch",
+    ),
+    path("resources", effect_apis.ResourceCreateApi.as_view(), name="resources"),
+    path("resources/<task_id:key>", effect_apis.ResourceDetailApi.as_view(), name="resource"),
+    path("resources/<task_id:key>/check", effect_apis.ResourceCheckApi.as_view(), name="resource-check"),
     path("namespaces", apis.NamespaceListCreateApi.as_view(), name="namespaces"),
     path("namespaces/<ns:ns>", apis.NamespaceDetailApi.as_view(), name="namespace"),
     path("namespaces/<ns:ns>/fence", apis.NamespaceFenceApi.as_view(), name="namespace-fence"),

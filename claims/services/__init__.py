@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
+from .dispatch import Delivery, dispatch_deliver
+from .effects import (
+    Prepared,
+    effect_approve,
+    effect_dispatch,
+    effect_prepare,
+    effect_reconcile,
+    effect_record_outcome,
+)
 from .leases import ClaimGrant, task_claim, task_claim_next, task_release, task_renew
 from .namespaces import epoch_fence, namespace_create, namespace_resume
 from .principals import IssuedToken, hash_token, token_issue
+from .resources import ResourceView, resource_check, resource_create, resource_delete, resource_get
 from .results import Committed, Staged, result_stage, task_commit
 from .tasks import TaskCreated, task_cancel, task_create, task_requeue, task_revise_input
 
 __all__ = [
+    "Delivery",
+    "Prepared",
+    "ResourceView",
+    "dispatch_deliver",
+    "effect_approve",
+    "effect_dispatch",
+    "effect_prepare",
+    "effect_reconcile",
+    "effect_record_outcome",
+    "resource_check",
+    "resource_create",
+    "resource_delete",
+    "resource_get",
     "ClaimGrant",
     "Committed",
     "IssuedToken",

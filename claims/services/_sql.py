@@ -184,7 +184,7 @@ def select(
     else:
         columns = "*"
     if also:
-        condition = f"{condition} AND ({also})"
+        condition = f"{condition} AND ({also})" if condition else f"({also})"
         params += also_params or []
     sql = f"SELECT {columns} FROM {model._meta.db_table} WHERE {condition}{tail}"
     return load(model, sql, params)

@@ -34,6 +34,7 @@ from ._base import (
     hold_task,
     task_current,
 )
+from .resources import take_fences
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,10 @@ def task_claim(
                 break
             # Lost the compare-and-set: another transaction changed the row since we read it. Decide again.
         previous = _previous_claim(task, ns) if task.state == TaskState.CLAIMED else None
-        grant = _grant(_apply(task, values), previous=previous, ns=ns, principal=principal)
+        _apply(task, values)
+        # RESOURCE_HELD here rolls the whole transaction back, the compare-and-set included.
+        fences, kept = take_fences(task, ns=ns)
+        grant = _grant(task, previous=previous, ns=ns, principal=principal, fences=fences, kept=kept)
     return grant
 
 
@@ -190,7 +194,13 @@ def _previous_claim(task: Task, ns: NamespaceHold) -> dict[str, Any]:
 
 
 def _grant(
-    task: Task, *, previous: dict[str, Any] | None, ns: NamespaceHold, principal: Principal
+    task: Task,
+    *,
+    previous: dict[str, Any] | None,
+    ns: NamespaceHold,
+    principal: Principal,
+    fences: dict[str, int],
+    kept: dict[str, Any],
 ) -> ClaimGrant:
     """The writes of a won claim, inside the caller's transaction, once the task row carries the new claim:
     end the previous attempt (expired or fenced), create the new one, append `claimed` or `reclaimed`."""
@@ -216,6 +226,7 @@ def _grant(
             scheduler_epoch=ns.scheduler_epoch,
             cancel_generation=task.cancel_generation,
             input_digest=task.input_digest,
+            fences=kept,
             started_at=ns.now,
         )
     )
@@ -238,7 +249,28 @@ def _grant(
         )
     )
     _sql.together(*writes)
-    return ClaimGrant(task=task, attempt_id=task.attempt_id, scheduler_epoch=ns.scheduler_epoch, fences={})
+    return ClaimGrant(
+        task=task, attempt_id=task.attempt_id, scheduler_epoch=ns.scheduler_epoch, fences=fences
+    )
+
+
+class _ResourceRace(Exception):
+    """claim-next picked a task whose resource another claim took between the pick and the fence."""
+
+    def __init__(self, task_id: str):
+        self.task_id = task_id
+
+
+def _not_held(outer: str) -> str:
+    """SQL: no resource of task ``outer`` is held by a live attempt of another task (§4: such tasks are passed
+    over). Live = the newest token's taker is still its task's current claim, unexpired, in its current epoch."""
+    return (
+        "NOT EXISTS (SELECT 1 FROM claims_taskresource tr "
+        "JOIN claims_resourcekey rk ON rk.resource_key = tr.resource_key_id "
+        "JOIN claims_task h ON h.task_id = rk.holder_task_id JOIN claims_namespace hn ON hn.id = h.namespace_id "
+        f"WHERE tr.task_id = {outer}.task_id AND h.task_id <> {outer}.task_id AND h.state = 'CLAIMED' "
+        "AND h.attempt_id = rk.holder_attempt_id AND h.lease_expires_at > %s AND h.scheduler_epoch = hn.scheduler_epoch)"
+    )
 
 
 def task_claim_next(
@@ -254,13 +286,45 @@ def task_claim_next(
 
     Candidates are taken with SELECT … FOR NO KEY UPDATE SKIP LOCKED: a row another claimer is deciding on is
     passed over instead of waited for, so concurrent callers never receive the same task and never herd on one
-    row. READY tasks come first (oldest first), then claims whose lease ran out or whose epoch was fenced.
+    row. READY tasks come first (oldest first), then claims whose lease ran out or whose epoch was fenced. Tasks
+    whose resources a live attempt of another task holds are passed over; if another claim takes such a resource
+    between our pick and our fence, the transaction rolls back and we pick again without that task.
     """
     _check_lease_seconds("ttl_seconds", ttl_seconds)
     log = RejectionLog(
         AcceptancePoint.CLAIM, principal=principal, scheduler_epoch=scheduler_epoch, owner_id=owner_id
     )
-    with log, transaction.atomic(durable=True):
+    passed_over: list[str] = []
+    with log:
+        for _ in range(8):
+            try:
+                return _claim_next_once(
+                    log,
+                    principal=principal,
+                    owner_id=owner_id,
+                    scheduler_epoch=scheduler_epoch,
+                    ttl_seconds=ttl_seconds,
+                    namespace=namespace,
+                    node_ids=node_ids,
+                    passed_over=passed_over,
+                )
+            except _ResourceRace as race:
+                passed_over.append(race.task_id)
+        return None
+
+
+def _claim_next_once(
+    log: RejectionLog,
+    *,
+    principal: Principal,
+    owner_id: str,
+    scheduler_epoch: int,
+    ttl_seconds: int,
+    namespace: str,
+    node_ids: list[str] | None,
+    passed_over: list[str],
+) -> ClaimGrant | None:
+    with transaction.atomic(durable=True):
         try:
             ns = hold_namespace(name=namespace)
         except NotFound:
@@ -268,55 +332,73 @@ def task_claim_next(
         log.namespace_id = ns.id
         _check_owner(principal, owner_id)
         _check_epoch_and_pause(ns, scheduler_epoch)
-        only_nodes = f" AND node_id IN ({_sql.placeholders(node_ids)})" if node_ids else ""
+        now_param = _sql.prep(Task, "lease_expires_at", ns.now)
+        filters, filter_params = "", []
+        if node_ids:
+            filters += f" AND c.node_id IN ({_sql.placeholders(node_ids)})"
+            filter_params += list(node_ids)
+        if passed_over:
+            filters += f" AND c.task_id NOT IN ({_sql.placeholders(passed_over)})"
+            filter_params += passed_over
         skip_locked = _sql.lock_clause("FOR NO KEY UPDATE SKIP LOCKED")
         attempt_id = uuid.uuid4()
         lease = ns.now + timedelta(seconds=ttl_seconds)
+        table = Task._meta.db_table
         # The common case in one statement: lock the oldest READY task nobody else is deciding on and claim it.
         # The sub-select's SKIP LOCKED passes over rows other claimers hold, so N callers take N different tasks.
-        claimed = list(
-            _sql.load(
-                Task,
-                f"UPDATE {Task._meta.db_table} SET state = %s, claim_generation = claim_generation + 1, "
-                "state_version = state_version + 1, scheduler_epoch = %s, attempt_id = %s, owner_id = %s, "
-                "lease_expires_at = %s, updated_at = %s "
-                f"WHERE task_id = (SELECT task_id FROM {Task._meta.db_table} WHERE namespace_id = %s AND state = %s"
-                f"{only_nodes} ORDER BY created_at, task_id LIMIT 1{skip_locked}) RETURNING *",
-                [
-                    TaskState.CLAIMED,
-                    ns.scheduler_epoch,
-                    _sql.prep(Task, "attempt_id", attempt_id),
-                    owner_id,
-                    _sql.prep(Task, "lease_expires_at", lease),
-                    _sql.prep(Task, "updated_at", ns.now),
-                    ns.id,
-                    TaskState.READY,
-                    *(node_ids or []),
-                ],
-            )
-        )
-        if claimed:
-            check_transition(TaskState.READY, TaskState.CLAIMED, "claim")
-            log.task_id = claimed[0].pk
-            return _grant(claimed[0], previous=None, ns=ns, principal=principal)
-        # Nothing READY: reclaim the claim whose lease ran out first (or that a fence ended).
-        task = _sql.select_one(
+        claimed = _sql.load(
             Task,
-            {"namespace_id": ns.id, "state": TaskState.CLAIMED},
-            also=f"(lease_expires_at <= %s OR scheduler_epoch < %s){only_nodes}",
-            also_params=[_sql.prep(Task, "lease_expires_at", ns.now), ns.scheduler_epoch, *(node_ids or [])],
-            tail=f" ORDER BY lease_expires_at, task_id LIMIT 1{skip_locked}",
+            f"UPDATE {table} SET state = %s, claim_generation = claim_generation + 1, "
+            "state_version = state_version + 1, scheduler_epoch = %s, attempt_id = %s, owner_id = %s, "
+            "lease_expires_at = %s, updated_at = %s "
+            f"WHERE task_id = (SELECT c.task_id FROM {table} c WHERE c.namespace_id = %s AND c.state = %s "
+            f"AND {_not_held('c')}{filters} ORDER BY c.created_at, c.task_id LIMIT 1{skip_locked}) RETURNING *",
+            [
+                TaskState.CLAIMED,
+                ns.scheduler_epoch,
+                _sql.prep(Task, "attempt_id", attempt_id),
+                owner_id,
+                _sql.prep(Task, "lease_expires_at", lease),
+                _sql.prep(Task, "updated_at", ns.now),
+                ns.id,
+                TaskState.READY,
+                now_param,
+                *filter_params,
+            ],
         )
-        if task is None:
-            return None
-        check_transition(task.state, TaskState.CLAIMED, "reclaim")
-        previous = _previous_claim(task, ns)
-        values = _claim_values(task, ns=ns, owner_id=owner_id, ttl_seconds=ttl_seconds, attempt_id=attempt_id)
-        # We hold the row lock; the generation in the WHERE is a second guard, not the race's closer.
-        updated = _sql.update(Task, {"task_id": task.pk, "claim_generation": task.claim_generation}, **values)
-        assert updated == 1, "a locked row changed under us"
+        previous = None
+        if claimed:
+            task = claimed[0]
+            check_transition(TaskState.READY, TaskState.CLAIMED, "claim")
+        else:
+            # Nothing READY: reclaim the claim whose lease ran out first (or that a fence ended).
+            task = _sql.select_one(
+                Task,
+                {"namespace_id": ns.id, "state": TaskState.CLAIMED},
+                also=f"(lease_expires_at <= %s OR scheduler_epoch < %s) AND {_not_held(table)}"
+                + filters.replace("c.", f"{table}."),
+                also_params=[now_param, ns.scheduler_epoch, now_param, *filter_params],
+                tail=f" ORDER BY lease_expires_at, task_id LIMIT 1{skip_locked}",
+            )
+            if task is None:
+                return None
+            check_transition(task.state, TaskState.CLAIMED, "reclaim")
+            previous = _previous_claim(task, ns)
+            values = _claim_values(
+                task, ns=ns, owner_id=owner_id, ttl_seconds=ttl_seconds, attempt_id=attempt_id
+            )
+            # We hold the row lock; the generation in the WHERE is a second guard, not the race's closer.
+            updated = _sql.update(
+                Task, {"task_id": task.pk, "claim_generation": task.claim_generation}, **values
+            )
+            assert updated == 1, "a locked row changed under us"
+            _apply(task, values)
         log.task_id = task.pk
-        return _grant(_apply(task, values), previous=previous, ns=ns, principal=principal)
+        try:
+            fences, kept = take_fences(task, ns=ns)
+        except NotClaimable:
+            raise _ResourceRace(task.pk) from None
+        return _grant(task, previous=previous, ns=ns, principal=principal, fences=fences, kept=kept)
 
 
 def resolve_attempt(task: Task, attempt_id: uuid.UUID, principal: Principal) -> int | None:

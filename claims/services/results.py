@@ -35,6 +35,7 @@ from ._base import (
     task_current,
 )
 from .leases import check_authority, resolve_attempt
+from .resources import bump_revisions, check_commit_resources
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,8 @@ def task_commit(
     2. FENCED: EPOCH (the epoch rule), GENERATION, ATTEMPT (not the current attempt or not CLAIMED),
        LEASE_EXPIRED.
     3. STALE_INPUT: input_digest is not the current input's.
-    4. (resources: claim-v1.md §7, with the resource registry)
+    4. STALE_INPUT (RESOURCE): a named resource's incarnation or revision is not what the worker read, or its
+       incarnation or fence token is not what this attempt took at claim.
     5. NOT_STAGED: this attempt staged no result with this digest.
     Then: the staged row becomes canonical (a partial unique index allows one per task), the task COMMITTED,
     the attempt ends, and successors whose predecessors are now all committed become READY.
@@ -177,6 +179,9 @@ def task_commit(
             raise Fenced("the lease ran out before the commit", reason="LEASE_EXPIRED", current=current)
         if input_digest != task.input_digest:
             raise StaleInput("the input was revised: re-read it and compute again", current=current)
+        incarnations = check_commit_resources(
+            task, attempt_id=attempt_id, named=resources or [], current=current
+        )
         # Check 5 and the canonical flip in one statement: the staged row becomes canonical, or there is none.
         # The partial unique index one_canonical_commit_per_task is what makes a second canonical row impossible.
         commit_id = uuid.uuid4()
@@ -255,6 +260,7 @@ def task_commit(
             )
         )
         _sql.together(*writes)
+        bump_revisions(incarnations)  # each resource named gets revision + 1, in the commit's transaction
     return Committed(result_commit_id=commit_id, unblocked=unblocked, repeat=False)
 
 

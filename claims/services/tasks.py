@@ -20,10 +20,12 @@ from ..models import (
     Role,
     Task,
     TaskDependency,
+    TaskResource,
     TaskState,
 )
 from ..states import check_transition
 from ._base import append_event, audit, hold_namespace, hold_task, task_current
+from .resources import resources_exist
 
 
 @dataclass(frozen=True)
@@ -106,9 +108,9 @@ def task_create(
             errors.setdefault("depends_on", []).append(
                 f"unknown task(s) in namespace {ns.name!r}: {', '.join(unknown)}"
             )
-        if resources:
-            # The resource registry (claim-v1.md §7) is not part of this build yet: no key is known.
-            errors["resources"] = [f"unknown resource(s): {', '.join(resources)}"]
+        missing = resources_exist(resources)
+        if missing:
+            errors["resources"] = [f"unknown resource(s): {', '.join(missing)}"]
         if errors:
             raise Invalid(errors)
         blocked = any(state != TaskState.COMMITTED for state in states.values())
@@ -128,6 +130,7 @@ def task_create(
         TaskDependency.objects.bulk_create(
             [TaskDependency(task=task, depends_on_id=dep) for dep in depends_on]
         )
+        TaskResource.objects.bulk_create([TaskResource(task=task, resource_key_id=key) for key in resources])
         open_predecessors = [dep for dep, state in states.items() if state != TaskState.COMMITTED]
         Task.objects.filter(pk__in=open_predecessors, has_successors=False).update(has_successors=True)
         append_event(

@@ -166,3 +166,10 @@ if LEASE_MAX_SECONDS < LEASE_MIN_SECONDS:
 # Upper bound of any JSON value a client may send (task input, staged result), in bytes.
 CLAIMS_MAX_VALUE_BYTES = env_int("CLAIMS_MAX_VALUE_BYTES", 1_000_000, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = CLAIMS_MAX_VALUE_BYTES * 2 + 65536
+
+# --- the dispatch gateway (claim-v1.md §6) ------------------------------------------------------------
+# Hosts a dispatch may target (exact host names or IPs); anything else is a 400. Empty: no dispatch allowed.
+DISPATCH_ALLOWED_HOSTS = env_list("DISPATCH_ALLOWED_HOSTS", [])
+DISPATCH_TIMEOUT_SECONDS = env_int("DISPATCH_TIMEOUT_SECONDS", 10, minimum=1, maximum=300)
+# A delivery taken but silent this long (its runner died) may be taken again, under the same key.
+DISPATCH_RESEND_AFTER_SECONDS = env_int("DISPATCH_RESEND_AFTER_SECONDS", 120, minimum=1)

@@ -182,6 +182,8 @@ class Attempt(models.Model):
     scheduler_epoch = models.PositiveBigIntegerField()  # granted under
     cancel_generation = models.PositiveBigIntegerField()  # current when granted
     input_digest = models.CharField(max_length=71)  # current when granted
+    # {resource_key: {"incarnation": uuid|None, "token": int}}: the fence this claim took at each resource.
+    fences = models.JSONField(default=dict)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.CharField(max_length=16, choices=AttemptEnd.choices, null=True, blank=True)

@@ -1,0 +1,255 @@
+"""Protected resources (claim-v1.md §7): fence tokens scoped to the resource, taken by every claim.
+
+A resource's fence token is a counter on its key that never restarts, across incarnations too. Every claim of a
+task that lists the resource takes the next token *in the claim's transaction*, so the takeover establishes the
+new fence at the resource before the new holder — or anyone — acts on it: a delayed write carrying an older
+token, from the task's previous owner or another task, is refused by the check (and by a receiver that enforces
+tokens with ``claims.receiver``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+
+from .. import clock
+from ..errors import NotClaimable, NotFound, ResourceExists, StaleFence, StaleInput
+from ..models import Attempt, Principal, Resource, ResourceKey, Task, TaskState
+from . import _sql
+from ._base import NamespaceHold, audit
+
+
+@dataclass(frozen=True)
+class ResourceView:
+    resource_key: str
+    incarnation: Any
+    revision: int
+    fence_token: int
+    holder: dict[str, Any] | None
+
+
+def _live_holder(key: ResourceKey, now: datetime) -> Task | None:
+    """The task whose live attempt holds ``key``: the newest token's taker, if that attempt is still the task's
+    current claim, unexpired and granted under its namespace's current epoch."""
+    if key.holder_attempt_id is None:
+        return None
+    holder = (
+        Task.objects.filter(
+            pk=key.holder_task_id,
+            state=TaskState.CLAIMED,
+            attempt_id=key.holder_attempt_id,
+            lease_expires_at__gt=now,
+            scheduler_epoch=F("namespace__scheduler_epoch"),
+        )
+        .only("task_id", "attempt_id", "owner_id", "lease_expires_at", "claim_generation")
+        .first()
+    )
+    return holder
+
+
+def take_fences(task: Task, *, ns: NamespaceHold) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
+    """Inside a claim's transaction, after the task row carries the new attempt: take the next fence token at
+    every resource the task lists. Keys are locked FOR UPDATE in key order (two claims over overlapping resources
+    never deadlock). Raises NotClaimable(RESOURCE_HELD) when a live attempt of another task holds one; the caller's
+    transaction then rolls back, claim included.
+
+    Returns ({key: token}, {key: {"incarnation", "token"}}): the API's ``fences`` and what the attempt keeps.
+    """
+    if not task.resources:
+        return {}, {}
+    keys = sorted(task.resources)
+    locked = _sql.select(
+        ResourceKey,
+        {},
+        also=f"resource_key IN ({', '.join(['%s'] * len(keys))})",
+        also_params=keys,
+        tail=" ORDER BY resource_key" + _sql.lock_clause("FOR UPDATE"),
+    )
+    by_key = {row.resource_key: row for row in locked}
+    for key in keys:
+        row = by_key[key]
+        if row.holder_task_id not in (None, task.task_id) and _live_holder(row, ns.now) is not None:
+            raise NotClaimable(
+                f"resource {key} is held by a live attempt of task {row.holder_task_id}",
+                reason="RESOURCE_HELD",
+                current={"resource": {"resource_key": key, "held_by_task": row.holder_task_id}},
+            )
+    live = dict(
+        Resource.objects.filter(key_id__in=keys, deleted_at__isnull=True).values_list("key_id", "incarnation")
+    )
+    fences, kept = {}, {}
+    for key in keys:
+        token = by_key[key].fence_token + 1
+        _sql.update(
+            ResourceKey,
+            {"resource_key": key},
+            fence_token=token,
+            holder_task_id=task.task_id,
+            holder_attempt_id=task.attempt_id,
+        )
+        fences[key] = token
+        incarnation = live.get(key)
+        kept[key] = {"incarnation": str(incarnation) if incarnation else None, "token": token}
+    return fences, kept
+
+
+def resource_current(key: ResourceKey, live: Resource | None) -> dict[str, Any]:
+    return {
+        "resource_key": key.resource_key,
+        "incarnation": str(live.incarnation) if live else None,
+        "revision": live.revision if live else None,
+        "fence_token": key.fence_token,
+    }
+
+
+def check_commit_resources(
+    task: Task, *, attempt_id: Any, named: list[dict[str, Any]], current: dict[str, Any]
+) -> list[Any]:
+    """Commit step 4. Every named resource must still be the incarnation and revision the worker read, and the
+    incarnation and fence token this attempt took at claim — else STALE_INPUT (RESOURCE) with the resource's
+    values. Locks the live incarnations (key order) and returns their ids for the revision bump."""
+    if not named:
+        return []
+    kept = Attempt.objects.filter(pk=attempt_id).values_list("fences", flat=True).first() or {}
+    keys = sorted(item["resource_key"] for item in named)
+    rows = {row.resource_key: row for row in ResourceKey.objects.filter(pk__in=keys)}
+    live = {
+        row.key_id: row
+        for row in Resource.objects.select_for_update()
+        .filter(key_id__in=keys, deleted_at__isnull=True)
+        .order_by("key_id")
+    }
+    for item in sorted(named, key=lambda entry: entry["resource_key"]):
+        key = item["resource_key"]
+        incarnation = live.get(key)
+        fence = kept.get(key, {})
+        stale = (
+            incarnation is None
+            or incarnation.incarnation != item["incarnation"]
+            or incarnation.revision != item["expected_revision"]
+            or fence.get("incarnation") != str(incarnation.incarnation)
+            or fence.get("token") != rows[key].fence_token
+        )
+        if stale:
+            raise StaleInput(
+                f"resource {key} changed since this attempt read it or took its fence",
+                reason="RESOURCE",
+                current={**current, "resource": resource_current(rows[key], incarnation)},
+            )
+    return [live[key].incarnation for key in keys]
+
+
+def bump_revisions(incarnations: list[Any]) -> None:
+    if incarnations:
+        Resource.objects.filter(pk__in=incarnations).update(revision=F("revision") + 1)
+
+
+def check_dispatch_resources(task: Task, *, attempt_fences: dict[str, Any]) -> None:
+    """A dispatch is refused when a newer claim has taken one of the task's resources since this attempt's."""
+    if not task.resources:
+        return
+    tokens = dict(
+        ResourceKey.objects.filter(pk__in=task.resources).values_list("resource_key", "fence_token")
+    )
+    for key in sorted(task.resources):
+        if attempt_fences.get(key, {}).get("token") != tokens.get(key):
+            raise StaleInput(
+                f"a newer claim has taken resource {key}",
+                reason="RESOURCE",
+                current={"resource": {"resource_key": key, "fence_token": tokens.get(key)}},
+            )
+
+
+# --- the registry --------------------------------------------------------------------------------------
+
+
+def resource_create(*, principal: Principal, resource_key: str) -> ResourceView:
+    """A new incarnation at revision 0. The key's fence counter carries on from earlier incarnations."""
+    with transaction.atomic(durable=True):
+        now = clock.now()
+        key, _ = ResourceKey.objects.get_or_create(resource_key=resource_key)
+        key = ResourceKey.objects.select_for_update().get(pk=resource_key)
+        if Resource.objects.filter(key=key, deleted_at__isnull=True).exists():
+            raise ResourceExists(f"resource {resource_key} exists", current=resource_current(key, None))
+        try:
+            with transaction.atomic():
+                live = Resource.objects.create(key=key, created_at=now)
+        except IntegrityError:
+            raise ResourceExists(f"resource {resource_key} exists") from None
+        audit(
+            principal=principal,
+            action="resource_create",
+            at=now,
+            target=resource_key,
+            detail={"incarnation": str(live.incarnation)},
+        )
+    return ResourceView(resource_key, live.incarnation, 0, key.fence_token, None)
+
+
+def resource_delete(*, principal: Principal, resource_key: str) -> None:
+    """End the live incarnation. Evidence from it can no longer authorise a write."""
+    with transaction.atomic(durable=True):
+        now = clock.now()
+        live = (
+            Resource.objects.select_for_update().filter(key_id=resource_key, deleted_at__isnull=True).first()
+        )
+        if live is None:
+            raise NotFound(f"no live resource {resource_key}")
+        live.deleted_at = now
+        live.save(update_fields=["deleted_at"])
+        audit(
+            principal=principal,
+            action="resource_delete",
+            at=now,
+            target=resource_key,
+            detail={"incarnation": str(live.incarnation), "revision": live.revision},
+        )
+
+
+def resource_get(*, resource_key: str) -> ResourceView:
+    key = ResourceKey.objects.filter(pk=resource_key).first()
+    live = Resource.objects.filter(key_id=resource_key, deleted_at__isnull=True).first() if key else None
+    if key is None or live is None:
+        raise NotFound(f"no live resource {resource_key}")
+    holder = _live_holder(key, clock.now())
+    return ResourceView(
+        resource_key,
+        live.incarnation,
+        live.revision,
+        key.fence_token,
+        {"task_id": holder.task_id, "attempt_id": str(holder.attempt_id), "owner_id": holder.owner_id}
+        if holder
+        else None,
+    )
+
+
+def resource_check(
+    *, resource_key: str, fence_token: int, incarnation: Any, expected_revision: int | None
+) -> None:
+    """The advisory check (§7), in order: STALE_INPUT (INCARNATION); STALE_FENCE unless the token is the newest
+    and the attempt that took it is still live; STALE_INPUT (REVISION); else the caller answers CURRENT.
+    Between this answer and the receiver's write a takeover can happen: receivers that can should enforce the
+    token atomically in their own database (``claims.receiver``)."""
+    key = ResourceKey.objects.filter(pk=resource_key).first()
+    live = Resource.objects.filter(key_id=resource_key, deleted_at__isnull=True).first() if key else None
+    if key is None:
+        raise NotFound(f"no resource {resource_key}")
+    current = {"resource": resource_current(key, live)}
+    if live is None or live.incarnation != incarnation:
+        raise StaleInput("another incarnation of the resource", reason="INCARNATION", current=current)
+    if fence_token != key.fence_token or _live_holder(key, clock.now()) is None:
+        raise StaleFence("a newer claim has taken the resource, or the holder's claim ended", current=current)
+    if expected_revision is not None and expected_revision != live.revision:
+        raise StaleInput("the resource has another revision", reason="REVISION", current=current)
+
+
+def resources_exist(keys: list[str]) -> list[str]:
+    """The keys among ``keys`` with no live incarnation (for task create's 400)."""
+    live = set(
+        Resource.objects.filter(key_id__in=keys, deleted_at__isnull=True).values_list("key_id", flat=True)
+    )
+    return [key for key in keys if key not in live]
