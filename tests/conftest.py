@@ -130,6 +130,38 @@ class Actor:
         }
         return self.post(f"/tasks/{claim['task_id']}/commit", body)
 
+    def prepare(self, claim: dict, slot: str, payload: Any, **override):
+        body = {
+            "task_id": claim["task_id"],
+            "effect_slot": slot,
+            "payload_digest": digest(payload),
+            "attempt_id": claim["attempt_id"],
+            "claim_generation": claim["claim_generation"],
+            "scheduler_epoch": claim["scheduler_epoch"],
+            "owner_id": self.name,
+            **override,
+        }
+        return self.post("/effects/prepare", body)
+
+    def _attempt(self, claim: dict) -> dict:
+        return {
+            "attempt_id": claim["attempt_id"],
+            "claim_generation": claim["claim_generation"],
+            "scheduler_epoch": claim["scheduler_epoch"],
+            "owner_id": self.name,
+        }
+
+    def outcome(self, claim: dict, effect_id: str, state: str, **override):
+        return self.post(f"/effects/{effect_id}/outcome", {"state": state, **self._attempt(claim), **override})
+
+    def reconcile(self, claim: dict | None, effect_id: str, observed: str, **override):
+        body = {"observed": observed, **(self._attempt(claim) if claim else {}), **override}
+        return self.post(f"/effects/{effect_id}/reconcile", body)
+
+    def dispatch(self, claim: dict, effect_id: str, payload: Any, target: str, **override):
+        body = {"payload": payload, "target": target, **self._attempt(claim), **override}
+        return self.post(f"/effects/{effect_id}/dispatch", body)
+
     def finish(self, claim: dict, result: Any):
         """Stage then commit: the healthy path."""
         staged = self.stage(claim, result)
@@ -177,6 +209,15 @@ def operator(db) -> Actor:
 @pytest.fixture
 def oncall(db) -> Actor:
     return make_actor("oscar-oncall", "oncall")
+
+
+@pytest.fixture
+def effect_target():
+    from tests.effect_target import EffectTarget
+
+    target = EffectTarget().start()
+    yield target
+    target.stop()
 
 
 @pytest.fixture
