@@ -152,7 +152,9 @@ class Actor:
         }
 
     def outcome(self, claim: dict, effect_id: str, state: str, **override):
-        return self.post(f"/effects/{effect_id}/outcome", {"state": state, **self._attempt(claim), **override})
+        return self.post(
+            f"/effects/{effect_id}/outcome", {"state": state, **self._attempt(claim), **override}
+        )
 
     def reconcile(self, claim: dict | None, effect_id: str, observed: str, **override):
         body = {"observed": observed, **(self._attempt(claim) if claim else {}), **override}

@@ -26,7 +26,9 @@ class EffectTarget:
 
             def do_GET(self) -> None:  # /calls/<key>: what a worker asks when it reconciles
                 key = self.path.rsplit("/", 1)[-1]
-                body = json.dumps({"occurred": bool(target.calls.get(key)), "count": len(target.calls.get(key, []))})
+                body = json.dumps(
+                    {"occurred": bool(target.calls.get(key)), "count": len(target.calls.get(key, []))}
+                )
                 self._reply(200, body)
 
             def do_POST(self) -> None:

@@ -16,7 +16,9 @@ def claim_a(worker_a, ready_task):
 
 
 def _prepare(worker, claim, slot="deploy", payload=None):
-    return worker.prepare(claim, slot, payload if payload is not None else {"service": "api"}).json()["effect_id"]
+    return worker.prepare(claim, slot, payload if payload is not None else {"service": "api"}).json()[
+        "effect_id"
+    ]
 
 
 def test_a_dispatch_is_delivered_once_with_the_effects_key_generation_and_fences(
@@ -115,7 +117,9 @@ def test_a_not_occurred_reconcile_allows_a_new_dispatch_under_the_same_key(
     assert list(effect_target.calls) == [key] and effect_target.count(key) == 2
 
 
-def test_a_delivery_result_applies_only_while_the_effect_is_prepared_or_unknown(worker_a, claim_a, effect_target):
+def test_a_delivery_result_applies_only_while_the_effect_is_prepared_or_unknown(
+    worker_a, claim_a, effect_target
+):
     key = _prepare(worker_a, claim_a)
     intent_id = worker_a.dispatch(claim_a, key, {"service": "api"}, effect_target.url).json()["dispatch_id"]
     worker_a.outcome(claim_a, key, "UNKNOWN")
@@ -187,9 +191,13 @@ def test_a13_dispatch_recorded_before_cancel_is_still_delivered(operator, ready_
     key = _prepare(worker, claim)
     pause = Pause("effect_dispatch.checked")
 
-    dispatching, dispatch_box = run_in_thread(lambda: worker.dispatch(claim, key, {"service": "api"}, effect_target.url))
+    dispatching, dispatch_box = run_in_thread(
+        lambda: worker.dispatch(claim, key, {"service": "api"}, effect_target.url)
+    )
     pause.wait_reached()  # the dispatch holds the task row, its checks passed
-    cancelling, cancel_box = run_in_thread(lambda: operator.post(f"/tasks/{ready_task}/cancel", {"reason": "race"}))
+    cancelling, cancel_box = run_in_thread(
+        lambda: operator.post(f"/tasks/{ready_task}/cancel", {"reason": "race"})
+    )
     wait_for_lock_waiters(1)
     pause.resume()
     dispatching.join(30)
@@ -209,9 +217,13 @@ def test_a13_cancel_recorded_before_dispatch_refuses_it(operator, ready_task, ef
     key = _prepare(worker, claim)
     pause = Pause("task_cancel.locked")
 
-    cancelling, cancel_box = run_in_thread(lambda: operator.post(f"/tasks/{ready_task}/cancel", {"reason": "race"}))
+    cancelling, cancel_box = run_in_thread(
+        lambda: operator.post(f"/tasks/{ready_task}/cancel", {"reason": "race"})
+    )
     pause.wait_reached()
-    dispatching, dispatch_box = run_in_thread(lambda: worker.dispatch(claim, key, {"service": "api"}, effect_target.url))
+    dispatching, dispatch_box = run_in_thread(
+        lambda: worker.dispatch(claim, key, {"service": "api"}, effect_target.url)
+    )
     wait_for_lock_waiters(1)
     pause.resume()
     cancelling.join(30)

@@ -22,7 +22,11 @@ def _call_target(target, key: str, payload, generation: int):
     return httpx.post(
         target.url + "/act",
         content=canonical_json(payload),
-        headers={"Idempotency-Key": key, "X-Claim-Generation": str(generation), "Content-Type": "application/json"},
+        headers={
+            "Idempotency-Key": key,
+            "X-Claim-Generation": str(generation),
+            "Content-Type": "application/json",
+        },
         timeout=1,
     )
 
@@ -34,7 +38,10 @@ def test_prepare_creates_the_slot_bound_to_its_payload(worker_a, claim_a, ready_
     body = response.json()
     expected = hashlib.sha256(f"{ready_task}\nbuild-parser\nnotify".encode()).hexdigest()
     assert body == {
-        "outcome": "PREPARED", "effect_id": expected, "state": "PREPARED", "payload_digest": digest({"to": "ops"}),
+        "outcome": "PREPARED",
+        "effect_id": expected,
+        "state": "PREPARED",
+        "payload_digest": digest({"to": "ops"}),
         "idempotency_key": expected,
     }
     effect = Effect.objects.get(pk=expected)
@@ -50,7 +57,9 @@ def test_the_same_payload_again_is_prepared_and_another_is_a_payload_conflict(wo
     assert (first.status_code, again.status_code) == (201, 200) and again.json()["outcome"] == "PREPARED"
     assert other.status_code == 409 and other.json()["outcome"] == "PAYLOAD_CONFLICT"
     assert other.json()["current"] == {
-        "effect_id": first.json()["effect_id"], "state": "PREPARED", "bound_payload_digest": digest({"to": "ops"}),
+        "effect_id": first.json()["effect_id"],
+        "state": "PREPARED",
+        "bound_payload_digest": digest({"to": "ops"}),
     }
     assert Effect.objects.get().payload_digest == digest({"to": "ops"})
 
@@ -72,7 +81,9 @@ def test_outcomes_decide_what_the_next_prepare_says(worker_a, claim_a):
     assert worker_a.outcome(claim_a, key_b, "FAILED").json()["outcome"] == "INVALID_TRANSITION"
     assert Effect.objects.get(pk=key_b).external_ref == "msg-17"
     assert list(EffectEvent.objects.filter(effect_id=key_c).values_list("kind", "to_state")) == [
-        ("prepared", "PREPARED"), ("outcome", "FAILED"), ("prepared", "PREPARED"),
+        ("prepared", "PREPARED"),
+        ("outcome", "FAILED"),
+        ("prepared", "PREPARED"),
     ]
 
 
