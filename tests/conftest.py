@@ -34,6 +34,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_stray_sessions_at_teardown(django_db_setup, django_db_blocker):
+    """Live-server and worker threads can leave a PostgreSQL session behind; end them before the test database
+    is dropped, so teardown never fails with "being accessed by other users"."""
+    yield
+    with django_db_blocker.unblock():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+
+
 @pytest.fixture(autouse=True)
 def _reset_clock_and_hooks() -> Iterator[None]:
     clock.reset()

@@ -171,3 +171,35 @@ def test_remaining_counts_down_from_the_grant(server, op):
     assert 28 < claim.remaining() <= 30
     cp.release(claim)
     assert claim.remaining() == 0
+
+
+def test_the_documented_example_worker_finishes_a_task_with_its_effect_once(server, op, effect_target):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "docs" / "example_worker.py"
+    spec = importlib.util.spec_from_file_location("example_worker", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    worker = make_actor("worker-a", "worker")
+    task_id = op.create(node_id="summarise", input={"text": "hello"}).json()["task_id"]
+
+    code = example.main(
+        [
+            "--url",
+            server,
+            "--token",
+            worker.token,
+            "--owner",
+            "worker-a",
+            "--once",
+            "--webhook",
+            effect_target.url + "/hook",
+        ]
+    )
+
+    task = Task.objects.get(pk=task_id)
+    assert code == 0 and task.state == "COMMITTED"
+    assert task.result == {"summary": "{'TEXT': 'HELLO'}"}
+    assert effect_target.count() == 1
+    assert Effect.objects.get(task_id=task_id).state == "COMMITTED"
