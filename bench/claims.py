@@ -65,9 +65,9 @@ def seed(namespace: str, count: int) -> int:
         cursor.execute(
             """
             INSERT INTO claims_task (task_id, namespace_id, node_id, input, input_digest, depends_on, replay_policy,
-                resources, has_successors, state, state_version, scheduler_epoch, claim_generation, cancel_generation, created_at,
+                resources, has_successors, has_resources, state, state_version, scheduler_epoch, claim_generation, cancel_generation, created_at,
                 updated_at)
-            SELECT %s || '-' || g, %s, 'bench', %s::jsonb, %s, '[]'::jsonb, 'REPLAYABLE', '[]'::jsonb, false, 'READY', 1, 0,
+            SELECT %s || '-' || g, %s, 'bench', %s::jsonb, %s, '[]'::jsonb, 'REPLAYABLE', '[]'::jsonb, false, false, 'READY', 1, 0,
                 0, 0, now() + g * interval '1 microsecond', now()
             FROM generate_series(1, %s) AS g
             """,

@@ -81,6 +81,8 @@ class Task(models.Model):
     resources = models.JSONField(default=list)
     # Set when a task that waits on this one is created: a commit looks for successors only when there are some.
     has_successors = models.BooleanField(default=False)
+    # The task lists resources: only then does claim-next ask whether another task holds one.
+    has_resources = models.BooleanField(default=False)
 
     state = models.CharField(max_length=16, choices=TaskState.choices)
     state_version = models.PositiveBigIntegerField(default=1)

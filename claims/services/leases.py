@@ -264,12 +264,14 @@ class _ResourceRace(Exception):
 def _not_held(outer: str) -> str:
     """SQL: no resource of task ``outer`` is held by a live attempt of another task (§4: such tasks are passed
     over). Live = the newest token's taker is still its task's current claim, unexpired, in its current epoch."""
+    # The flag first: for the common task without resources the sub-select is never run (PostgreSQL plans it as
+    # a per-row SubPlan behind the OR instead of an anti-join over every live claim).
     return (
-        "NOT EXISTS (SELECT 1 FROM claims_taskresource tr "
+        f"({outer}.has_resources = %s OR NOT EXISTS (SELECT 1 FROM claims_taskresource tr "
         "JOIN claims_resourcekey rk ON rk.resource_key = tr.resource_key_id "
         "JOIN claims_task h ON h.task_id = rk.holder_task_id JOIN claims_namespace hn ON hn.id = h.namespace_id "
         f"WHERE tr.task_id = {outer}.task_id AND h.task_id <> {outer}.task_id AND h.state = 'CLAIMED' "
-        "AND h.attempt_id = rk.holder_attempt_id AND h.lease_expires_at > %s AND h.scheduler_epoch = hn.scheduler_epoch)"
+        "AND h.attempt_id = rk.holder_attempt_id AND h.lease_expires_at > %s AND h.scheduler_epoch = hn.scheduler_epoch))"
     )
 
 
@@ -296,10 +298,11 @@ def task_claim_next(
     )
     passed_over: list[str] = []
     with log:
-        for _ in range(8):
+        for attempt in range(8):
             try:
                 return _claim_next_once(
                     log,
+                    skip_held=attempt > 0,
                     principal=principal,
                     owner_id=owner_id,
                     scheduler_epoch=scheduler_epoch,
@@ -316,6 +319,7 @@ def task_claim_next(
 def _claim_next_once(
     log: RejectionLog,
     *,
+    skip_held: bool,
     principal: Principal,
     owner_id: str,
     scheduler_epoch: int,
@@ -333,6 +337,9 @@ def _claim_next_once(
         _check_owner(principal, owner_id)
         _check_epoch_and_pause(ns, scheduler_epoch)
         now_param = _sql.prep(Task, "lease_expires_at", ns.now)
+        # The first pick is the plain oldest-first one (a short plan). Only when it hit a task whose resource
+        # another task holds do the retries add the held-resource filter, which passes over all such tasks at once.
+        held, held_params = (f" AND {_not_held('c')}", [False, now_param]) if skip_held else ("", [])
         filters, filter_params = "", []
         if node_ids:
             filters += f" AND c.node_id IN ({_sql.placeholders(node_ids)})"
@@ -351,8 +358,8 @@ def _claim_next_once(
             f"UPDATE {table} SET state = %s, claim_generation = claim_generation + 1, "
             "state_version = state_version + 1, scheduler_epoch = %s, attempt_id = %s, owner_id = %s, "
             "lease_expires_at = %s, updated_at = %s "
-            f"WHERE task_id = (SELECT c.task_id FROM {table} c WHERE c.namespace_id = %s AND c.state = %s "
-            f"AND {_not_held('c')}{filters} ORDER BY c.created_at, c.task_id LIMIT 1{skip_locked}) RETURNING *",
+            f"WHERE task_id = (SELECT c.task_id FROM {table} c WHERE c.namespace_id = %s AND c.state = %s"
+            f"{held}{filters} ORDER BY c.created_at, c.task_id LIMIT 1{skip_locked}) RETURNING *",
             [
                 TaskState.CLAIMED,
                 ns.scheduler_epoch,
@@ -362,7 +369,7 @@ def _claim_next_once(
                 _sql.prep(Task, "updated_at", ns.now),
                 ns.id,
                 TaskState.READY,
-                now_param,
+                *held_params,
                 *filter_params,
             ],
         )
@@ -375,9 +382,10 @@ def _claim_next_once(
             task = _sql.select_one(
                 Task,
                 {"namespace_id": ns.id, "state": TaskState.CLAIMED},
-                also=f"(lease_expires_at <= %s OR scheduler_epoch < %s) AND {_not_held(table)}"
+                also="(lease_expires_at <= %s OR scheduler_epoch < %s)"
+                + (f" AND {_not_held(table)}" if skip_held else "")
                 + filters.replace("c.", f"{table}."),
-                also_params=[now_param, ns.scheduler_epoch, now_param, *filter_params],
+                also_params=[now_param, ns.scheduler_epoch, *held_params, *filter_params],
                 tail=f" ORDER BY lease_expires_at, task_id LIMIT 1{skip_locked}",
             )
             if task is None:

@@ -123,6 +123,7 @@ def task_create(
             depends_on=depends_on,
             replay_policy=replay_policy,
             resources=resources,
+            has_resources=bool(resources),
             state=TaskState.BLOCKED if blocked else TaskState.READY,
             created_at=ns.now,
             updated_at=ns.now,
