@@ -463,6 +463,8 @@ def effect_reconcile(
             claim_generation=claim_generation,
             owner_id=owner_id,
             detail={"observed": observed},
+            # An operator's reconcile is not worker traffic: audited, not counted at the acceptance point.
+            point=principal.role == Role.WORKER,
         )
         if principal.role != Role.WORKER:
             audit(
