@@ -132,6 +132,26 @@ def _task_event(
     )
 
 
+def _effect_point(
+    principal: Principal,
+    task_id: str,
+    attempt_id: Any,
+    claim_generation: int | None,
+    scheduler_epoch: int | None,
+    owner_id: str | None,
+) -> RejectionLog:
+    """Every worker call on an effect is a request at the `effect` acceptance point."""
+    return RejectionLog(
+        AcceptancePoint.EFFECT,
+        principal=principal,
+        task_id=task_id,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        scheduler_epoch=scheduler_epoch,
+        owner_id=owner_id,
+    )
+
+
 def effect_authority(
     task: Task,
     ns: NamespaceHold,
@@ -192,15 +212,7 @@ def effect_prepare(
     ALREADY_COMMITTED (make no call), or — after a definite FAILED — PREPARED again under the same key.
     A NON_REPLAYABLE task's effect answers APPROVAL_REQUIRED (202) until an operator approves it.
     """
-    log = RejectionLog(
-        AcceptancePoint.EFFECT,
-        principal=principal,
-        task_id=task_id,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
-    )
+    log = _effect_point(principal, task_id, attempt_id, claim_generation, scheduler_epoch, owner_id)
     with log, transaction.atomic(durable=True):
         ns, task = hold_task(task_id)
         log.namespace_id = ns.id
@@ -342,15 +354,7 @@ def effect_record_outcome(
     FAILED). Allowed from PREPARED or UNKNOWN. An outcome is a report, so the attempt that prepared or dispatched
     the effect may report even after it was fenced; any other attempt needs full authority."""
     task_id = _task_of(effect_id)
-    log = RejectionLog(
-        AcceptancePoint.EFFECT,
-        principal=principal,
-        task_id=task_id,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
-    )
+    log = _effect_point(principal, task_id, attempt_id, claim_generation, scheduler_epoch, owner_id)
     with log, transaction.atomic(durable=True):
         ns, task = hold_task(task_id)
         log.namespace_id = ns.id
@@ -414,15 +418,7 @@ def effect_reconcile(
     current attempt (a worker, with full authority) or by an operator, audited — how the drain's UNKNOWN backlog
     is cleared when no attempt is live."""
     task_id = _task_of(effect_id)
-    log = RejectionLog(
-        AcceptancePoint.EFFECT,
-        principal=principal,
-        task_id=task_id,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
-    )
+    log = _effect_point(principal, task_id, attempt_id, claim_generation, scheduler_epoch, owner_id)
     with log, transaction.atomic(durable=True):
         ns, task = hold_task(task_id)
         log.namespace_id = ns.id
@@ -535,15 +531,7 @@ def effect_dispatch(
     (STALE_INPUT, RESOURCE).
     """
     task_id = _task_of(effect_id)
-    log = RejectionLog(
-        AcceptancePoint.EFFECT,
-        principal=principal,
-        task_id=task_id,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
-    )
+    log = _effect_point(principal, task_id, attempt_id, claim_generation, scheduler_epoch, owner_id)
     with log, transaction.atomic(durable=True):
         ns, task = hold_task(task_id)
         log.namespace_id = ns.id
