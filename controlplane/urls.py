@@ -6,6 +6,8 @@ from django.urls import include, path
 from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from rollout.urls import legacy_urlpatterns
+
 
 def not_found(request, exception=None):
     return JsonResponse({"outcome": "NOT_FOUND", "detail": "no such endpoint"}, status=404)
@@ -28,6 +30,7 @@ urlpatterns = [
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/", include("claims.urls")),
+    path("api/legacy/", include(legacy_urlpatterns)),
     path("admin/", admin.site.urls),
     path("", include("django_prometheus.urls")),
 ]

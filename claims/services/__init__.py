@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._base import unvalidated
 from .dispatch import Delivery, dispatch_deliver
 from .effects import (
     Prepared,
@@ -52,4 +53,5 @@ __all__ = [
     "task_requeue",
     "task_revise_input",
     "token_issue",
+    "unvalidated",
 ]

@@ -3,6 +3,9 @@ entries, and logging a rejection in its own small transaction."""
 
 from __future__ import annotations
 
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -109,6 +112,21 @@ def task_current(task: Task, ns: NamespaceHold) -> dict[str, Any]:
     }
 
 
+_validated: contextvars.ContextVar[bool] = contextvars.ContextVar("claims_validated", default=True)
+
+
+@contextmanager
+def unvalidated() -> Iterator[None]:
+    """Requests made inside this block reach acceptance points and are counted, but not as validated: they carry
+    no epoch or generation of their own (the rollout's mirrored legacy operations are judged as the attempt
+    claim.v1 last granted, with that attempt's values)."""
+    token = _validated.set(False)
+    try:
+        yield
+    finally:
+        _validated.reset(token)
+
+
 def event_values(
     kind: EventKind,
     *,
@@ -136,7 +154,7 @@ def event_values(
         "owner_id": owner_id,
         "principal": principal.name if principal else "",
         "point": point,
-        "validated": True if point else None,
+        "validated": _validated.get() if point else None,
         "detail": detail or {},
     }
 

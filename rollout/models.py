@@ -1,0 +1,200 @@
+"""Rollout records: the legacy claim table, shadow mismatches, gate evaluations, drain snapshots, waivers,
+rollbacks and worker registrations. Only ``rollout/services.py`` writes them. The claim.v1 core never imports
+this app; deleting it one day must not touch the core."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+
+class LegacyClaim(models.Model):
+    """The naive claim table today's worker binaries speak: owner + expires_at; after expiry anyone takes over;
+    completing writes the result without checking who holds the claim now — last write wins. Reproduced
+    faithfully (behind ``rollout.legacy.LegacyStore``) so shadow mode can show where it goes wrong."""
+
+    task_id = models.CharField(max_length=200, primary_key=True)
+    namespace = models.CharField(max_length=100, db_index=True)
+    owner_id = models.CharField(max_length=200, blank=True, default="")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    result_digest = models.CharField(max_length=71, blank=True, default="")
+    completed_by = models.CharField(max_length=200, blank=True, default="")
+    # Which API made the last write: "legacy" or "claim.v1" (mirrored decisions in V1_WRITES).
+    via = models.CharField(max_length=16, blank=True, default="")
+    pool = models.CharField(max_length=100, blank=True, default="")
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.task_id
+
+
+class MismatchReason(models.TextChoices):
+    DOUBLE_GRANT = "DOUBLE_GRANT"
+    STALE_COMMIT_ACCEPTED = "STALE_COMMIT_ACCEPTED"
+    V1_REJECTED_ONLY = "V1_REJECTED_ONLY"
+    LEGACY_REJECTED_ONLY = "LEGACY_REJECTED_ONLY"
+    WINNER_DIFFERS = "WINNER_DIFFERS"
+
+
+class MismatchStatus(models.TextChoices):
+    OPEN = "OPEN"
+    EXPLAINED = "EXPLAINED"
+    BUG = "BUG"
+
+
+class Mismatch(models.Model):
+    """One operation on which the two stores' verdicts disagreed. Review changes only status/note/reviewed_by;
+    the verdicts themselves are never rewritten."""
+
+    id = models.BigAutoField(primary_key=True)
+    namespace = models.CharField(max_length=100)
+    task_id = models.CharField(max_length=200)
+    operation = models.CharField(max_length=16)  # claim | renew | release | commit | complete | heartbeat
+    api = models.CharField(max_length=16)  # legacy | claim.v1
+    legacy = models.JSONField()  # {verdict, owner_id}
+    v1 = models.JSONField()  # {verdict, reason, attempt_id, claim_generation}
+    reason = models.CharField(max_length=32, choices=MismatchReason.choices)
+    status = models.CharField(max_length=16, choices=MismatchStatus.choices, default=MismatchStatus.OPEN)
+    note = models.TextField(blank=True, default="")
+    reviewed_by = models.CharField(max_length=200, blank=True, default="")
+    explained_by_rule = models.ForeignKey("ExplainRule", null=True, blank=True, on_delete=models.PROTECT)
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["namespace", "status"], name="mismatch_ns_status"),
+            models.Index(fields=["namespace", "reason", "at"], name="mismatch_ns_reason_at"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(reason__in=MismatchReason.values), name="mismatch_reason_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=MismatchStatus.values), name="mismatch_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=~Q(status="EXPLAINED") | ~Q(note=""), name="mismatch_explained_has_note"
+            ),
+        ]
+
+
+class ExplainRule(models.Model):
+    """Marks future mismatches of a reason EXPLAINED as they arrive (Scientist's ignore blocks), audited."""
+
+    id = models.BigAutoField(primary_key=True)
+    namespace = models.CharField(max_length=100)
+    reason = models.CharField(max_length=32, choices=MismatchReason.choices)
+    note = models.TextField()
+    created_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField()
+
+
+class ComparedOperation(models.Model):
+    """One operation both stores judged while both were written (the SHADOW → V1_READS gate counts them)."""
+
+    id = models.BigAutoField(primary_key=True)
+    namespace = models.CharField(max_length=100)
+    operation = models.CharField(max_length=16)
+    api = models.CharField(max_length=16)
+    agreed = models.BooleanField()
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["namespace", "at"], name="compared_ns_at")]
+
+
+class StageChange(models.Model):
+    """Every stage move of a namespace, with the gate figures it was made on (or the override's reason)."""
+
+    id = models.BigAutoField(primary_key=True)
+    namespace = models.CharField(max_length=100)
+    from_stage = models.CharField(max_length=16)
+    to_stage = models.CharField(max_length=16)
+    principal = models.CharField(max_length=200)
+    reason = models.TextField(blank=True, default="")
+    override = models.BooleanField(default=False)
+    figures = models.JSONField(default=dict)
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["namespace", "at"], name="stagechange_ns_at")]
+
+
+class GateEvaluation(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    namespace = models.CharField(max_length=100)
+    move = models.CharField(max_length=40)  # "SHADOW → V1_READS"
+    holds = models.BooleanField()
+    figures = models.JSONField()
+    why = models.TextField()
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["namespace", "move", "at"], name="gate_ns_move_at")]
+
+
+class DrainSnapshot(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    namespace = models.CharField(max_length=100)
+    pool = models.CharField(max_length=100, blank=True, default="")
+    active_leases = models.PositiveIntegerField()
+    unknown_effects = models.PositiveIntegerField()
+    awaiting_commit = models.PositiveIntegerField()
+    clean = models.BooleanField()
+    clean_streak = models.PositiveIntegerField()
+    taken_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["namespace", "pool", "taken_at"], name="drain_ns_pool_at")]
+
+
+class CoverageWaiver(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    namespace = models.CharField(max_length=100)
+    point = models.CharField(max_length=8)
+    reason = models.TextField()
+    principal = models.CharField(max_length=200)
+    at = models.DateTimeField()
+
+
+class Rollback(models.Model):
+    rollback_id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    namespace = models.CharField(max_length=100)
+    from_stage = models.CharField(max_length=16)
+    to_stage = models.CharField(max_length=16)
+    step = models.CharField(max_length=16)  # FENCED → DRAINING → DONE
+    reason = models.TextField()
+    principal = models.CharField(max_length=200)
+    scheduler_epoch = models.PositiveBigIntegerField()
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    forced = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["namespace"], condition=Q(finished_at__isnull=True), name="one_rollback_running"
+            ),
+        ]
+
+
+class WorkerRegistration(models.Model):
+    """A worker's registration for a namespace: its protocol and binary version, its pool, its heartbeat."""
+
+    id = models.BigAutoField(primary_key=True)
+    principal = models.CharField(max_length=200)
+    pool = models.CharField(max_length=100, blank=True, default="")
+    namespace = models.CharField(max_length=100)
+    protocol = models.CharField(max_length=32)
+    binary_version = models.CharField(max_length=100)
+    refused = models.BooleanField(default=False)
+    registered_at = models.DateTimeField()
+    last_heartbeat = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["principal", "namespace"], name="one_registration_per_ns")
+        ]

@@ -1,0 +1,332 @@
+"""Rollout: which store decides in each stage, dual writes, and the shadow comparison of winners.
+
+The claim.v1 core is called through its services; the core never imports this module. Where legacy decides
+(SHADOW, V1_READS), every operation is judged by both stores and the two verdicts are compared; a disagreement
+becomes a ``Mismatch`` (first matching reason of rollout.md's table). Legacy-API operations are mirrored into
+claim.v1 as the attempt claim.v1 last granted to that owner on that task, inside ``claims.services.unvalidated``:
+they carry no epoch or generation of their own, so they are counted at the acceptance point but not validated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+
+from claims import clock, services
+from claims.digest import digest
+from claims.errors import ClaimError, Conflict, Forbidden, NotFound
+from claims.models import Attempt, Namespace, Principal, Stage, Task, TaskState
+
+from .legacy import LegacyVerdict, legacy_store
+from .models import ComparedOperation, ExplainRule, Mismatch, MismatchReason, MismatchStatus
+
+LEGACY_DECIDES = (Stage.SHADOW, Stage.V1_READS)
+V1_DECIDES = (Stage.V1_WRITES, Stage.V1_ONLY)
+_STALE_WORDS = {"FENCED", "CANCELLED", "STALE_INPUT"}
+
+
+class ProtocolTooOld(Conflict):
+    outcome = "PROTOCOL_TOO_OLD"
+
+
+class StageNotOpen(Conflict):
+    outcome = "STAGE_NOT_OPEN"
+
+
+class LegacyRefused(Conflict):
+    """Legacy's own refusal words (HELD, NOT_OWNER) on the legacy API, or where legacy decides."""
+
+    def __init__(self, word: str, detail: str, body: dict[str, Any]):
+        super().__init__(detail, reason=word)
+        self.outcome = word
+        self.extra = body
+
+    def body(self) -> dict[str, Any]:
+        return {**self.extra, "outcome": self.outcome, "reason": self.reason, "detail": self.detail}
+
+
+@dataclass
+class V1Verdict:
+    accepted: bool
+    word: str
+    reason: str = ""
+    attempt_id: str | None = None
+    claim_generation: int | None = None
+    body: dict[str, Any] = field(default_factory=dict)
+
+    def as_record(self) -> dict[str, Any]:
+        return {
+            "verdict": self.word,
+            "reason": self.reason,
+            "attempt_id": self.attempt_id,
+            "claim_generation": self.claim_generation,
+        }
+
+
+def namespace_of(task_id: str) -> Namespace:
+    task = Task.objects.select_related("namespace").filter(pk=task_id).first()
+    if task is None:
+        raise NotFound("no such task")
+    return task.namespace
+
+
+# --- comparison ----------------------------------------------------------------------------------------
+
+
+def _v1_live_other_owner(task_id: str, owner_id: str) -> bool:
+    task = Task.objects.select_related("namespace").filter(pk=task_id).first()
+    return bool(
+        task
+        and task.state == TaskState.CLAIMED
+        and task.owner_id != owner_id
+        and task.lease_expires_at > clock.now()
+        and task.scheduler_epoch == task.namespace.scheduler_epoch
+    )
+
+
+def mismatch_reason(
+    operation: str, legacy: LegacyVerdict, v1: V1Verdict, *, task_id: str, owner_id: str
+) -> str | None:
+    """The first row of rollout.md's table that matches, or None when the stores agree."""
+    if operation == "claim":
+        if legacy.accepted and not v1.accepted and _v1_live_other_owner(task_id, owner_id):
+            return MismatchReason.DOUBLE_GRANT
+        if not legacy.accepted and legacy.word == "HELD" and v1.accepted:
+            return MismatchReason.DOUBLE_GRANT
+    if (
+        operation in ("commit", "complete")
+        and legacy.accepted
+        and not v1.accepted
+        and v1.word in _STALE_WORDS
+    ):
+        return MismatchReason.STALE_COMMIT_ACCEPTED
+    if legacy.accepted and not v1.accepted:
+        return MismatchReason.V1_REJECTED_ONLY
+    if not legacy.accepted and v1.accepted:
+        return MismatchReason.LEGACY_REJECTED_ONLY
+    if operation in ("commit", "complete") and legacy.accepted and v1.accepted:
+        row = legacy_store().get(task_id=task_id)
+        canonical = Task.objects.filter(pk=task_id).values_list("result_digest", flat=True).first()
+        if row is not None and canonical and row.result_digest != canonical:
+            return MismatchReason.WINNER_DIFFERS
+    return None
+
+
+def compare(
+    *,
+    namespace: str,
+    task_id: str,
+    operation: str,
+    api: str,
+    owner_id: str,
+    legacy: LegacyVerdict,
+    v1: V1Verdict,
+) -> Mismatch | None:
+    """Record the comparison (it counts toward the SHADOW → V1_READS gate) and, on disagreement, the mismatch —
+    EXPLAINED at once when an explain rule covers its reason."""
+    reason = mismatch_reason(operation, legacy, v1, task_id=task_id, owner_id=owner_id)
+    with transaction.atomic(durable=True):
+        now = clock.now()
+        ComparedOperation.objects.create(
+            namespace=namespace, operation=operation, api=api, agreed=reason is None, at=now
+        )
+        if reason is None:
+            return None
+        rule = ExplainRule.objects.filter(namespace=namespace, reason=reason).order_by("-id").first()
+        return Mismatch.objects.create(
+            namespace=namespace,
+            task_id=task_id,
+            operation=operation,
+            api=api,
+            legacy={"verdict": legacy.word, "owner_id": legacy.owner_id or owner_id},
+            v1=v1.as_record(),
+            reason=reason,
+            status=MismatchStatus.EXPLAINED if rule else MismatchStatus.OPEN,
+            note=rule.note if rule else "",
+            explained_by_rule=rule,
+            at=now,
+        )
+
+
+# --- judging in claim.v1 -------------------------------------------------------------------------------
+
+
+def judge(call, *, accepted_word: str) -> V1Verdict:
+    """Run one claim.v1 service call and turn its answer into a verdict (a rejection is a verdict, not an error)."""
+    try:
+        value = call()
+    except Conflict as exc:
+        return V1Verdict(False, exc.outcome, exc.reason, body=exc.body())
+    except (NotFound, Forbidden, ClaimError) as exc:
+        return V1Verdict(False, exc.outcome, getattr(exc, "reason", exc.outcome))
+    attempt_id = getattr(value, "attempt_id", None)
+    generation = getattr(getattr(value, "task", value), "claim_generation", None)
+    return V1Verdict(
+        True,
+        accepted_word,
+        attempt_id=str(attempt_id) if attempt_id else None,
+        claim_generation=generation,
+        body={"value": value},
+    )
+
+
+def last_attempt(task_id: str, owner_id: str) -> Attempt | None:
+    return Attempt.objects.filter(task_id=task_id, owner_id=owner_id).order_by("-claim_generation").first()
+
+
+def _mirror(
+    operation: str,
+    *,
+    principal: Principal,
+    task_id: str,
+    ns: Namespace,
+    ttl_seconds: int = 30,
+    result: Any = None,
+    result_digest: str = "",
+) -> V1Verdict:
+    """A legacy-API operation judged by claim.v1, not validated (it carries no epoch or generation)."""
+    with services.unvalidated():
+        if operation == "claim":
+            return judge(
+                lambda: services.task_claim(
+                    principal=principal,
+                    task_id=task_id,
+                    owner_id=principal.owner_id,
+                    scheduler_epoch=ns.scheduler_epoch,
+                    ttl_seconds=ttl_seconds,
+                ),
+                accepted_word="CLAIMED",
+            )
+        attempt = last_attempt(task_id, principal.owner_id)
+        if attempt is None:
+            return V1Verdict(False, "FENCED", "ATTEMPT")
+        common = {
+            "principal": principal,
+            "task_id": task_id,
+            "attempt_id": attempt.attempt_id,
+            "claim_generation": attempt.claim_generation,
+        }
+        if operation == "heartbeat":
+            return judge(
+                lambda: services.task_renew(
+                    **common,
+                    owner_id=principal.owner_id,
+                    scheduler_epoch=attempt.scheduler_epoch,
+                    cancel_generation=attempt.cancel_generation,
+                    extend_seconds=ttl_seconds,
+                ),
+                accepted_word="RENEWED",
+            )
+        if operation == "release":
+            return judge(
+                lambda: services.task_release(
+                    **common, owner_id=principal.owner_id, scheduler_epoch=attempt.scheduler_epoch
+                ),
+                accepted_word="RELEASED",
+            )
+        # complete → stage + commit of that attempt, with the values current when it was granted
+        judge(
+            lambda: services.result_stage(**common, result=result, result_digest=result_digest),
+            accepted_word="STAGED",
+        )
+        return judge(
+            lambda: services.task_commit(
+                **common,
+                scheduler_epoch=attempt.scheduler_epoch,
+                observed_cancel_generation=attempt.cancel_generation,
+                input_digest=attempt.input_digest,
+                result_digest=result_digest,
+            ),
+            accepted_word="COMMITTED",
+        )
+
+
+# --- the legacy API --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LegacyAnswer:
+    verdict: LegacyVerdict
+    mismatch: Mismatch | None = None
+
+
+def legacy_operation(
+    operation: str,
+    *,
+    principal: Principal,
+    task_id: str,
+    owner_id: str,
+    ttl_seconds: int = 30,
+    result: Any = None,
+    result_digest: str = "",
+) -> LegacyAnswer:
+    """Serve a legacy-API request (claim, heartbeat, release, complete) as the namespace's stage says:
+    LEGACY — the legacy store only; SHADOW/V1_READS — legacy decides, claim.v1 judges the mirror, both are
+    compared; V1_WRITES/V1_ONLY — refused: old binaries may not return (PROTOCOL_TOO_OLD)."""
+    if owner_id != principal.owner_id:
+        raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
+    ns = namespace_of(task_id)
+    if ns.stage in V1_DECIDES:
+        raise ProtocolTooOld(
+            f"namespace {ns.name} is at {ns.stage}: the legacy protocol is closed",
+            current={"stage": ns.stage},
+        )
+    store = legacy_store()
+    with transaction.atomic(durable=True):
+        now = clock.now()
+        if operation == "claim":
+            if ns.claims_paused:  # a paused namespace grants no claim, legacy API included
+                from claims.errors import ClaimsPaused
+
+                raise ClaimsPaused(
+                    f"claims are paused in namespace {ns.name}",
+                    current={"scheduler_epoch": ns.scheduler_epoch, "claims_paused": True},
+                )
+            verdict = store.claim(
+                task_id=task_id,
+                namespace=ns.name,
+                owner_id=owner_id,
+                ttl_seconds=ttl_seconds,
+                now=now,
+                pool=principal.pool,
+            )
+        elif operation == "heartbeat":
+            verdict = store.heartbeat(task_id=task_id, owner_id=owner_id, ttl_seconds=ttl_seconds, now=now)
+        elif operation == "release":
+            verdict = store.release(task_id=task_id, owner_id=owner_id, now=now)
+        else:
+            verdict = store.complete(
+                task_id=task_id,
+                namespace=ns.name,
+                owner_id=owner_id,
+                result=result,
+                result_digest=result_digest,
+                now=now,
+            )
+    if ns.stage not in LEGACY_DECIDES:
+        return LegacyAnswer(verdict)
+    v1 = _mirror(
+        operation,
+        principal=principal,
+        task_id=task_id,
+        ns=ns,
+        ttl_seconds=ttl_seconds,
+        result=result,
+        result_digest=result_digest,
+    )
+    mismatch = compare(
+        namespace=ns.name,
+        task_id=task_id,
+        operation=operation,
+        api="legacy",
+        owner_id=owner_id,
+        legacy=verdict,
+        v1=v1,
+    )
+    return LegacyAnswer(verdict, mismatch)
+
+
+def legacy_digest(result: Any) -> str:
+    return digest(result)
