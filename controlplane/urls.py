@@ -6,7 +6,7 @@ from django.urls import include, path
 from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from rollout.urls import legacy_urlpatterns
+from rollout.urls import legacy_urlpatterns, v1_urlpatterns
 
 
 def not_found(request, exception=None):
@@ -29,6 +29,8 @@ urlpatterns = [
     path("", TemplateView.as_view(template_name="home.html"), name="home"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    # rollout routes the claim.v1 worker operations by stage (it wraps the core); everything else is the core's.
+    path("api/v1/", include(v1_urlpatterns)),
     path("api/v1/", include("claims.urls")),
     path("api/legacy/", include(legacy_urlpatterns)),
     path("admin/", admin.site.urls),

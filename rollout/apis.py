@@ -94,3 +94,158 @@ class LegacyCompleteApi(APIView):
         data = _valid(s.LegacyCompleteIn, request)
         answer = legacy_operation("complete", principal=request.user, task_id=task_id, **data)
         return _answer(answer, {"outcome": "COMPLETED"})
+
+
+# --- the claim.v1 API, routed by the namespace's stage (these views replace the core's four) ------------
+
+from claims import apis as core_apis  # noqa: E402
+from claims import serializers as core_s  # noqa: E402
+from claims import services as core  # noqa: E402
+from claims.models import StagedResult  # noqa: E402
+
+from .services import routed_v1  # noqa: E402
+
+
+def _shaped(routed, core_answer) -> Response:
+    if routed.status == -1:  # V1_WRITES: the core decided; its own answer
+        return core_answer(routed.body["value"])
+    return Response(routed.body, status=routed.status)
+
+
+class RoutedClaimApi(core_apis.TaskClaimApi):
+    def post(self, request: Request, task_id: str) -> Response:
+        data = _valid(core_s.ClaimIn, request)
+        p = request.user
+        routed = routed_v1(
+            "claim",
+            principal=p,
+            task_id=task_id,
+            scheduler_epoch=data["scheduler_epoch"],
+            owner_id=data["owner_id"],
+            success_word="CLAIMED",
+            v1_call=lambda: core.task_claim(principal=p, task_id=task_id, **data),
+            legacy_call=lambda store, ns, now: store.claim(
+                task_id=task_id,
+                namespace=ns.name,
+                owner_id=data["owner_id"],
+                ttl_seconds=data["ttl_seconds"],
+                now=now,
+                pool=p.pool,
+                via="claim.v1",
+            ),
+            v1_write_through=lambda store, ns, now, grant: store.record_claim(
+                task_id=task_id,
+                namespace=ns.name,
+                owner_id=grant.task.owner_id,
+                expires_at=grant.task.lease_expires_at,
+                now=now,
+                pool=p.pool,
+            ),
+        )
+        if routed is None:
+            return super().post(request, task_id)
+        return _shaped(routed, lambda grant: Response(core_apis.claim_body(grant)))
+
+
+class RoutedRenewApi(core_apis.TaskRenewApi):
+    def post(self, request: Request, task_id: str) -> Response:
+        data = _valid(core_s.RenewIn, request)
+        p = request.user
+        routed = routed_v1(
+            "renew",
+            principal=p,
+            task_id=task_id,
+            attempt_id=data["attempt_id"],
+            scheduler_epoch=data["scheduler_epoch"],
+            owner_id=data["owner_id"],
+            success_word="RENEWED",
+            v1_call=lambda: core.task_renew(principal=p, task_id=task_id, **data),
+            legacy_call=lambda store, ns, now: store.heartbeat(
+                task_id=task_id, owner_id=data["owner_id"], ttl_seconds=data["extend_seconds"], now=now
+            ),
+            v1_write_through=lambda store, ns, now, task: store.record_claim(
+                task_id=task_id,
+                namespace=ns.name,
+                owner_id=task.owner_id,
+                expires_at=task.lease_expires_at,
+                now=now,
+                pool=p.pool,
+            ),
+        )
+        if routed is None:
+            return super().post(request, task_id)
+        return _shaped(
+            routed, lambda task: Response({"outcome": "RENEWED", "lease_expires_at": task.lease_expires_at})
+        )
+
+
+class RoutedReleaseApi(core_apis.TaskReleaseApi):
+    def post(self, request: Request, task_id: str) -> Response:
+        data = _valid(core_s.ReleaseIn, request)
+        p = request.user
+        routed = routed_v1(
+            "release",
+            principal=p,
+            task_id=task_id,
+            attempt_id=data["attempt_id"],
+            scheduler_epoch=data["scheduler_epoch"],
+            owner_id=data["owner_id"],
+            success_word="RELEASED",
+            v1_call=lambda: core.task_release(principal=p, task_id=task_id, **data),
+            legacy_call=lambda store, ns, now: store.release(
+                task_id=task_id, owner_id=data["owner_id"], now=now
+            ),
+            v1_write_through=lambda store, ns, now, task: store.record_claim(
+                task_id=task_id, namespace=ns.name, owner_id="", expires_at=None, now=now
+            ),
+        )
+        if routed is None:
+            return super().post(request, task_id)
+        return _shaped(routed, lambda task: Response({"outcome": "RELEASED"}))
+
+
+class RoutedCommitApi(core_apis.TaskCommitApi):
+    def post(self, request: Request, task_id: str) -> Response:
+        data = _valid(core_s.CommitIn, request)
+        p = request.user
+        staged = StagedResult.objects.filter(
+            attempt_id=data["attempt_id"], result_digest=data["result_digest"]
+        ).first()
+
+        def complete(store, ns, now):
+            # A claim.v1 commit where legacy decides is a legacy `complete` by the attempt's owner with that
+            # attempt's staged result.
+            return store.complete(
+                task_id=task_id,
+                namespace=ns.name,
+                owner_id=p.owner_id,
+                result=staged.result if staged else None,
+                result_digest=data["result_digest"],
+                now=now,
+                via="claim.v1",
+            )
+
+        routed = routed_v1(
+            "commit",
+            principal=p,
+            task_id=task_id,
+            attempt_id=data["attempt_id"],
+            scheduler_epoch=data["scheduler_epoch"],
+            owner_id=p.owner_id,
+            success_word="COMMITTED",
+            v1_call=lambda: core.task_commit(principal=p, task_id=task_id, **data),
+            legacy_call=complete,
+            v1_write_through=lambda store, ns, now, committed: complete(store, ns, now),
+        )
+        if routed is None:
+            return super().post(request, task_id)
+        return _shaped(
+            routed,
+            lambda c: Response(
+                {
+                    "outcome": "COMMITTED",
+                    "result_commit_id": str(c.result_commit_id),
+                    "unblocked": c.unblocked,
+                }
+            ),
+        )

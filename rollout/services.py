@@ -330,3 +330,126 @@ def legacy_operation(
 
 def legacy_digest(result: Any) -> str:
     return digest(result)
+
+
+# --- the claim.v1 API, routed by stage -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Routed:
+    status: int
+    body: dict[str, Any]
+
+
+def _epoch_rule_first(ns: Namespace, *, scheduler_epoch: int, attempt_id: Any = None) -> bool:
+    """The epoch rule holds in every stage, before legacy is asked: an old carried epoch, or an attempt granted
+    before a fence, goes to the core, which refuses it (FENCED, EPOCH) and counts the rejection. So does a claim
+    while claims are paused (CLAIMS_PAUSED): a paused namespace grants no claim through either API."""
+    if scheduler_epoch != ns.scheduler_epoch:
+        return True
+    if attempt_id is None and ns.claims_paused:
+        return True
+    if attempt_id is not None:
+        granted = Attempt.objects.filter(pk=attempt_id).values_list("scheduler_epoch", flat=True).first()
+        return granted is not None and granted != ns.scheduler_epoch
+    return False
+
+
+def _v1_fields(task_id: str, v1: V1Verdict) -> dict[str, Any]:
+    task = Task.objects.get(pk=task_id)
+    granted = v1.accepted and v1.word == "CLAIMED"
+    value = v1.body.get("value")
+    return {
+        "task_id": task.task_id,
+        "input": task.input,
+        "input_digest": task.input_digest,
+        "state_version": task.state_version,
+        "attempt_id": v1.attempt_id if granted else None,
+        "scheduler_epoch": task.scheduler_epoch if granted else None,
+        "claim_generation": task.claim_generation if granted else None,
+        "cancel_generation": task.cancel_generation,
+        "lease_expires_at": task.lease_expires_at.isoformat() if granted and task.lease_expires_at else None,
+        "fences": getattr(value, "fences", {}) if granted else {},
+    }
+
+
+def routed_v1(
+    operation: str,
+    *,
+    principal: Principal,
+    task_id: str,
+    v1_call,
+    legacy_call,
+    attempt_id: Any = None,
+    scheduler_epoch: int,
+    owner_id: str,
+    success_word: str,
+    v1_write_through=None,
+) -> Routed | None:
+    """Route one claim.v1 request (claim, renew, release, commit) by the namespace's stage.
+
+    Returns None when the core alone answers (V1_ONLY, or an epoch-rule refusal in any stage: the caller then
+    calls the core view). LEGACY: STAGE_NOT_OPEN. V1_WRITES: the core decides and its decision is written to the
+    legacy store too (``v1_write_through``), for rollback. SHADOW/V1_READS: legacy decides; claim.v1 judges in
+    shadow; the verdicts are compared; the answer carries legacy's verdict, the shadow attempt's claim.v1 fields
+    (null where claim.v1 refused), ``decided_by: "legacy"`` and ``shadow: {verdict, reason, mismatch_id}``.
+    """
+    if owner_id != principal.owner_id:
+        raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
+    ns = namespace_of(task_id)
+    if ns.stage == Stage.V1_ONLY or _epoch_rule_first(
+        ns, scheduler_epoch=scheduler_epoch, attempt_id=attempt_id
+    ):
+        return None
+    if ns.stage == Stage.LEGACY:
+        raise StageNotOpen(
+            f"namespace {ns.name} is at LEGACY: the claim.v1 API is not open yet", current={"stage": ns.stage}
+        )
+    if ns.stage == Stage.V1_WRITES:
+        value = v1_call()
+        if v1_write_through is not None:
+            with transaction.atomic(durable=True):
+                v1_write_through(legacy_store(), ns, clock.now(), value)
+        return Routed(-1, {"value": value})  # the caller shapes the core's own answer
+    with transaction.atomic(durable=True):
+        verdict = legacy_call(legacy_store(), ns, clock.now())
+    v1 = judge(v1_call, accepted_word=success_word)
+    mismatch = compare(
+        namespace=ns.name,
+        task_id=task_id,
+        operation=operation,
+        api="claim.v1",
+        owner_id=owner_id,
+        legacy=verdict,
+        v1=v1,
+    )
+    body = {
+        **_v1_fields(task_id, v1),
+        "decided_by": "legacy",
+        "shadow": {
+            "verdict": v1.word,
+            "reason": v1.reason or v1.word,
+            "mismatch_id": mismatch.id if mismatch else None,
+        },
+    }
+    if verdict.accepted:
+        extra = {}
+        if operation == "commit" and v1.accepted:
+            committed = v1.body["value"]
+            extra = {"result_commit_id": str(committed.result_commit_id), "unblocked": committed.unblocked}
+        if operation == "renew":
+            extra = {"lease_expires_at": verdict.expires_at.isoformat() if verdict.expires_at else None}
+        return Routed(200, {"outcome": success_word, **body, **extra})
+    return Routed(
+        409,
+        {
+            "outcome": verdict.word,
+            "reason": verdict.word,
+            "detail": f"legacy refused: {verdict.word}",
+            "current": {
+                "owner_id": verdict.owner_id,
+                "expires_at": verdict.expires_at.isoformat() if verdict.expires_at else None,
+            },
+            **body,
+        },
+    )

@@ -17,7 +17,9 @@ def shadow_ns(operator):
 
 
 def legacy(actor, task_id: str, op: str, **body):
-    return actor.client.post(f"/api/legacy/tasks/{task_id}/{op}", {"owner_id": actor.name, **body}, format="json")
+    return actor.client.post(
+        f"/api/legacy/tasks/{task_id}/{op}", {"owner_id": actor.name, **body}, format="json"
+    )
 
 
 def test_in_legacy_the_naive_table_alone_decides(operator, worker_a, worker_b, db_clock):
@@ -31,7 +33,9 @@ def test_in_legacy_the_naive_table_alone_decides(operator, worker_a, worker_b, d
     not_owner = legacy(worker_a, task_id, "heartbeat", ttl_seconds=5)
 
     assert a.status_code == 200 and a.json()["owner_id"] == "worker-a"
-    assert held.status_code == 409 and held.json()["outcome"] == "HELD" and held.json()["owner_id"] == "worker-a"
+    assert (
+        held.status_code == 409 and held.json()["outcome"] == "HELD" and held.json()["owner_id"] == "worker-a"
+    )
     assert b.status_code == 200
     assert not_owner.status_code == 409 and not_owner.json()["outcome"] == "NOT_OWNER"
     assert Task.objects.get(pk=task_id).claim_generation == 0  # claim.v1 is not written in LEGACY
@@ -45,20 +49,36 @@ def test_a16_a_paused_legacy_worker_overwrites_in_legacy_and_is_fenced_in_claim_
     assert legacy(worker_a, task_id, "claim", ttl_seconds=5).status_code == 200
     db_clock.travel(6)  # A pauses past expiry
     assert legacy(worker_b, task_id, "claim", ttl_seconds=30).status_code == 200
-    assert legacy(worker_b, task_id, "complete", result={"by": "b"}, result_digest=digest({"by": "b"})).status_code == 200
+    assert (
+        legacy(
+            worker_b, task_id, "complete", result={"by": "b"}, result_digest=digest({"by": "b"})
+        ).status_code
+        == 200
+    )
 
     late = legacy(worker_a, task_id, "complete", result={"by": "a"}, result_digest=digest({"by": "a"}))
 
     assert late.status_code == 200  # legacy accepts A's overwrite: last write wins
     assert LegacyClaim.objects.get(pk=task_id).result == {"by": "a"}
     task = Task.objects.get(pk=task_id)
-    assert (task.state, task.result, task.claim_generation) == ("COMMITTED", {"by": "b"}, 2)  # claim.v1 fenced it
+    assert (task.state, task.result, task.claim_generation) == (
+        "COMMITTED",
+        {"by": "b"},
+        2,
+    )  # claim.v1 fenced it
     mismatch = Mismatch.objects.get()
     assert (mismatch.reason, mismatch.operation, mismatch.api, mismatch.status) == (
-        "STALE_COMMIT_ACCEPTED", "complete", "legacy", "OPEN",
+        "STALE_COMMIT_ACCEPTED",
+        "complete",
+        "legacy",
+        "OPEN",
     )
     assert mismatch.legacy == {"verdict": "COMPLETED", "owner_id": "worker-a"}
-    assert (mismatch.v1["verdict"], mismatch.v1["reason"], mismatch.v1["claim_generation"]) == ("FENCED", "GENERATION", None)
+    assert (mismatch.v1["verdict"], mismatch.v1["reason"], mismatch.v1["claim_generation"]) == (
+        "FENCED",
+        "GENERATION",
+        None,
+    )
     assert ComparedOperation.objects.filter(agreed=True).count() == 3
     # Mirrored legacy operations are counted at their points but never as validated.
     mirrored = TaskEvent.objects.filter(task_id=task_id, point__isnull=False)
@@ -88,8 +108,9 @@ def test_a_paused_namespace_grants_no_legacy_claim(operator, worker_a, oncall, s
 def test_a_worker_acts_only_as_itself_on_the_legacy_api_too(operator, worker_a, shadow_ns):
     task_id = operator.create(namespace=shadow_ns).json()["task_id"]
 
-    response = worker_a.client.post(f"/api/legacy/tasks/{task_id}/claim", {"owner_id": "worker-b", "ttl_seconds": 5},
-                                    format="json")
+    response = worker_a.client.post(
+        f"/api/legacy/tasks/{task_id}/claim", {"owner_id": "worker-b", "ttl_seconds": 5}, format="json"
+    )
 
     assert response.status_code == 403 and not LegacyClaim.objects.exists()
 
