@@ -249,3 +249,14 @@ class RoutedCommitApi(core_apis.TaskCommitApi):
                 }
             ),
         )
+
+
+# Same operations, same documented schema as the core's views (the stage routing is described in
+# docs/rollout.md and in the API description).
+for _routed, _core in (
+    (RoutedClaimApi, core_apis.TaskClaimApi),
+    (RoutedRenewApi, core_apis.TaskRenewApi),
+    (RoutedReleaseApi, core_apis.TaskReleaseApi),
+    (RoutedCommitApi, core_apis.TaskCommitApi),
+):
+    _routed.post.kwargs = dict(_core.post.kwargs)

@@ -146,7 +146,12 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": (
         "Fenced claims for multi-agent work. Outcome words, fields and status codes follow the frozen "
         "claim.v1 contract. Every decision uses the database clock. 409 bodies are "
-        "`{outcome, reason, detail, current}`; 400 bodies are `{outcome: INVALID, errors}`."
+        "`{outcome, reason, detail, current}`; 400 bodies are `{outcome: INVALID, errors}`. "
+        "Claim, renew, release and commit are routed by the namespace's rollout stage: LEGACY → 409 STAGE_NOT_OPEN; "
+        "SHADOW and V1_READS → the legacy store decides (refusal words HELD, NOT_OWNER) and the answer adds the "
+        'shadow attempt\'s claim.v1 fields (null where claim.v1 refused), `decided_by: "legacy"` and '
+        "`shadow: {verdict, reason, mismatch_id}`; V1_WRITES → claim.v1 decides and writes the legacy store too; "
+        "V1_ONLY → claim.v1 only. The epoch rule holds in every stage. The legacy protocol is under /api/legacy/."
     ),
     "VERSION": "claim.v1",
     "SERVE_INCLUDE_SCHEMA": False,

@@ -41,9 +41,15 @@ def test_a16_with_the_claim_v1_api_legacy_decides_and_the_shadow_fences_the_late
 
     late = worker_a.commit(claim_a, {"by": "a"})
 
-    assert claim_a["decided_by"] == "legacy" and claim_a["attempt_id"] and claim_a["shadow"]["verdict"] == "CLAIMED"
+    assert (
+        claim_a["decided_by"] == "legacy"
+        and claim_a["attempt_id"]
+        and claim_a["shadow"]["verdict"] == "CLAIMED"
+    )
     assert claim_b["claim_generation"] == 2 and committed_b.json()["shadow"]["mismatch_id"] is None
-    assert late.status_code == 200 and late.json()["outcome"] == "COMMITTED"  # legacy decided: last write wins
+    assert (
+        late.status_code == 200 and late.json()["outcome"] == "COMMITTED"
+    )  # legacy decided: last write wins
     assert late.json()["shadow"]["verdict"] == "FENCED" and late.json()["shadow"]["reason"] == "GENERATION"
     mismatch = Mismatch.objects.get(pk=late.json()["shadow"]["mismatch_id"])
     assert (mismatch.reason, mismatch.api, mismatch.status) == ("STALE_COMMIT_ACCEPTED", "claim.v1", "OPEN")
@@ -51,14 +57,20 @@ def test_a16_with_the_claim_v1_api_legacy_decides_and_the_shadow_fences_the_late
     assert Task.objects.get(pk=task_id).result == {"by": "b"}  # the winner claim.v1 kept
 
 
-def test_in_shadow_a_claim_legacy_refuses_is_409_held_with_the_shadow_fields(operator, worker_a, worker_b, ns_at):
+def test_in_shadow_a_claim_legacy_refuses_is_409_held_with_the_shadow_fields(
+    operator, worker_a, worker_b, ns_at
+):
     task_id = operator.create(namespace=ns_at("SHADOW")).json()["task_id"]
     worker_a.claim(task_id)
 
     response = worker_b.claim(task_id)
 
     body = response.json()
-    assert response.status_code == 409 and body["outcome"] == "HELD" and body["current"]["owner_id"] == "worker-a"
+    assert (
+        response.status_code == 409
+        and body["outcome"] == "HELD"
+        and body["current"]["owner_id"] == "worker-a"
+    )
     assert body["attempt_id"] is None and body["decided_by"] == "legacy"
     assert body["shadow"]["verdict"] == "NOT_CLAIMABLE" and body["shadow"]["mismatch_id"] is None  # agreement
 
