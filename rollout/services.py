@@ -72,6 +72,66 @@ def namespace_of(task_id: str) -> Namespace:
     return task.namespace
 
 
+def _refuse_refused_worker(principal: Principal, ns: Namespace) -> None:
+    from .models import WorkerRegistration
+
+    if WorkerRegistration.objects.filter(principal=principal.name, namespace=ns.name, refused=True).exists():
+        raise ProtocolTooOld(
+            "this worker registered with a protocol the namespace refuses; register again",
+            current={"stage": ns.stage},
+        )
+
+
+# --- reviews ---------------------------------------------------------------------------------------------
+
+
+def mismatch_review(*, principal: Principal, mismatch_id: int, status: str, note: str) -> Mismatch:
+    """A reviewer marks a mismatch EXPLAINED (with a note) or BUG; a BUG is re-marked EXPLAINED once fixed."""
+    from claims.errors import Invalid
+    from claims.services._base import audit
+
+    if status == MismatchStatus.EXPLAINED and not note.strip():
+        raise Invalid({"note": ["An explanation needs a note."]})
+    with transaction.atomic(durable=True):
+        mismatch = Mismatch.objects.select_for_update().filter(pk=mismatch_id).first()
+        if mismatch is None:
+            raise NotFound("no such mismatch")
+        mismatch.status, mismatch.note, mismatch.reviewed_by = status, note, principal.name
+        mismatch.save(update_fields=["status", "note", "reviewed_by"])
+        audit(
+            principal=principal,
+            action="mismatch_review",
+            at=clock.now(),
+            namespace=mismatch.namespace,
+            target=str(mismatch_id),
+            reason=note,
+            detail={"status": status, "reason": mismatch.reason},
+        )
+    return mismatch
+
+
+def explain_rule_create(*, principal: Principal, namespace: str, reason: str, note: str) -> ExplainRule:
+    """Mark future mismatches of ``reason`` EXPLAINED as they arrive (recorded as explained by this rule)."""
+    from claims.services._base import audit
+
+    if not Namespace.objects.filter(name=namespace).exists():
+        raise NotFound(f"no such namespace: {namespace}")
+    with transaction.atomic(durable=True):
+        now = clock.now()
+        rule = ExplainRule.objects.create(
+            namespace=namespace, reason=reason, note=note, created_by=principal.name, created_at=now
+        )
+        audit(
+            principal=principal,
+            action="explain_rule_create",
+            at=now,
+            namespace=namespace,
+            target=reason,
+            reason=note,
+        )
+    return rule
+
+
 # --- comparison ----------------------------------------------------------------------------------------
 
 
@@ -268,6 +328,7 @@ def legacy_operation(
     if owner_id != principal.owner_id:
         raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
     ns = namespace_of(task_id)
+    _refuse_refused_worker(principal, ns)
     if ns.stage in V1_DECIDES:
         raise ProtocolTooOld(
             f"namespace {ns.name} is at {ns.stage}: the legacy protocol is closed",
@@ -397,6 +458,7 @@ def routed_v1(
     if owner_id != principal.owner_id:
         raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
     ns = namespace_of(task_id)
+    _refuse_refused_worker(principal, ns)
     if ns.stage == Stage.V1_ONLY or _epoch_rule_first(
         ns, scheduler_epoch=scheduler_epoch, attempt_id=attempt_id
     ):

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from django.urls import path
 
-from claims.urls import TaskIdConverter  # noqa: F401  (registers the task_id converter)
+from claims.urls import NameConverter, TaskIdConverter  # noqa: F401  (registers the converters)
 
-from . import apis
+from . import apis, rollout_apis
 
 legacy_urlpatterns = [
     path("tasks/<task_id:task_id>/claim", apis.LegacyClaimApi.as_view(), name="legacy-claim"),
@@ -19,4 +19,21 @@ v1_urlpatterns = [
     path("tasks/<task_id:task_id>/renew", apis.RoutedRenewApi.as_view(), name="routed-task-renew"),
     path("tasks/<task_id:task_id>/release", apis.RoutedReleaseApi.as_view(), name="routed-task-release"),
     path("tasks/<task_id:task_id>/commit", apis.RoutedCommitApi.as_view(), name="routed-task-commit"),
+    path("namespaces/<ns:ns>/rollout", rollout_apis.RolloutApi.as_view(), name="rollout"),
+    path("namespaces/<ns:ns>/rollout/advance", rollout_apis.AdvanceApi.as_view(), name="rollout-advance"),
+    path("namespaces/<ns:ns>/rollout/rollback", rollout_apis.RollbackApi.as_view(), name="rollout-rollback"),
+    path("namespaces/<ns:ns>/mismatches", rollout_apis.MismatchListApi.as_view(), name="mismatches"),
+    path("namespaces/<ns:ns>/explain-rules", rollout_apis.ExplainRuleApi.as_view(), name="explain-rules"),
+    path("namespaces/<ns:ns>/coverage", rollout_apis.CoverageApi.as_view(), name="coverage"),
+    path("namespaces/<ns:ns>/coverage/waive", rollout_apis.WaiveApi.as_view(), name="coverage-waive"),
+    path("namespaces/<ns:ns>/drain", rollout_apis.DrainApi.as_view(), name="drain"),
+    path(
+        "mismatches/<int:mismatch_id>/review",
+        rollout_apis.MismatchReviewApi.as_view(),
+        name="mismatch-review",
+    ),
+    path("pools", rollout_apis.PoolsApi.as_view(), name="pools"),
+    path("audit", rollout_apis.AuditApi.as_view(), name="audit"),
+    path("workers/register", rollout_apis.RegisterApi.as_view(), name="worker-register"),
+    path("workers/heartbeat", rollout_apis.HeartbeatApi.as_view(), name="worker-heartbeat"),
 ]

@@ -13,7 +13,7 @@ from .effects import (
     effect_record_outcome,
 )
 from .leases import ClaimGrant, task_claim, task_claim_next, task_release, task_renew
-from .namespaces import epoch_fence, namespace_create, namespace_resume
+from .namespaces import epoch_fence, namespace_create, namespace_resume, namespace_set_stage
 from .principals import IssuedToken, hash_token, token_issue
 from .resources import ResourceView, resource_check, resource_create, resource_delete, resource_get
 from .results import Committed, Staged, result_stage, task_commit
@@ -42,6 +42,7 @@ __all__ = [
     "hash_token",
     "namespace_create",
     "namespace_resume",
+    "namespace_set_stage",
     "result_stage",
     "task_cancel",
     "task_claim",

@@ -117,3 +117,25 @@ def namespace_resume(*, principal: Principal, namespace: str, reason: str = "") 
             detail={"was_paused": was_paused, "scheduler_epoch": row.scheduler_epoch},
         )
     return row
+
+
+def namespace_set_stage(
+    *, principal: Principal | None, namespace: str, stage: str, reason: str = ""
+) -> Namespace:
+    """Record a namespace's rollout stage (the rollout app decides when; this only writes it, audited)."""
+    with transaction.atomic(durable=True):
+        ns = hold_namespace(name=namespace)
+        row = Namespace.objects.select_for_update(no_key=True).get(pk=ns.id)
+        previous = row.stage
+        row.stage, row.updated_at = stage, ns.now
+        row.save(update_fields=["stage", "updated_at"])
+        if principal is not None:
+            audit(
+                principal=principal,
+                action="namespace_set_stage",
+                at=ns.now,
+                namespace=namespace,
+                reason=reason,
+                detail={"from": previous, "to": stage},
+            )
+    return row

@@ -172,6 +172,14 @@ if LEASE_MAX_SECONDS < LEASE_MIN_SECONDS:
 CLAIMS_MAX_VALUE_BYTES = env_int("CLAIMS_MAX_VALUE_BYTES", 1_000_000, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = CLAIMS_MAX_VALUE_BYTES * 2 + 65536
 
+# --- rollout (rollout.md) -------------------------------------------------------------------------------
+ROLLOUT_WINDOW_SECONDS = env_int("ROLLOUT_WINDOW_SECONDS", 3600, minimum=1)
+ROLLOUT_MIN_SAMPLES = env_int("ROLLOUT_MIN_SAMPLES", 1000, minimum=1)
+ROLLOUT_MIN_COVERAGE_SAMPLES = env_int("ROLLOUT_MIN_COVERAGE_SAMPLES", 100, minimum=1)
+DRAIN_INTERVAL_SECONDS = env_int("DRAIN_INTERVAL_SECONDS", 15, minimum=1)
+WORKER_STALE_SECONDS = env_int("WORKER_STALE_SECONDS", 60, minimum=1)
+ROLLOUT_LEGACY_STORE = env_str("ROLLOUT_LEGACY_STORE", "rollout.legacy.DjangoLegacyStore")
+
 # --- the dispatch gateway (claim-v1.md §6) ------------------------------------------------------------
 # Hosts a dispatch may target (exact host names or IPs); anything else is a 400. Empty: no dispatch allowed.
 DISPATCH_ALLOWED_HOSTS = env_list("DISPATCH_ALLOWED_HOSTS", [])

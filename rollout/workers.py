@@ -1,0 +1,82 @@
+"""Worker pools: registration with protocol and binary version, heartbeats, and refusal of old binaries (A15)."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from claims import clock
+from claims.errors import NotFound
+from claims.models import Namespace, Principal, Protocol, Stage
+
+from .models import WorkerRegistration
+from .services import ProtocolTooOld
+
+# Older first; anything not listed is older than both.
+_PROTOCOL_RANK = {Protocol.LEGACY: 1, Protocol.CLAIM_V1: 2}
+
+
+def required_protocol(namespace: Namespace) -> str:
+    """claim.v1 from V1_WRITES on, or whenever the namespace's min_protocol says so; else legacy."""
+    if namespace.stage in (Stage.V1_WRITES, Stage.V1_ONLY) or namespace.min_protocol == Protocol.CLAIM_V1:
+        return Protocol.CLAIM_V1
+    return Protocol.LEGACY
+
+
+def worker_register(
+    *, principal: Principal, protocol: str, binary_version: str, namespace: str = "default"
+) -> WorkerRegistration:
+    """Register (or re-register) a worker for a namespace. A protocol older than the namespace requires is
+    refused with PROTOCOL_TOO_OLD — and recorded, so the worker's claims are refused until it registers again
+    with a protocol that is new enough."""
+    ns = Namespace.objects.filter(name=namespace).first()
+    if ns is None:
+        raise NotFound(f"no such namespace: {namespace}")
+    needed = required_protocol(ns)
+    too_old = _PROTOCOL_RANK.get(protocol, 0) < _PROTOCOL_RANK[needed]
+    with transaction.atomic(durable=True):
+        now = clock.now()
+        registration, _ = WorkerRegistration.objects.update_or_create(
+            principal=principal.name,
+            namespace=ns.name,
+            defaults={
+                "pool": principal.pool,
+                "protocol": protocol,
+                "binary_version": binary_version,
+                "refused": too_old,
+                "registered_at": now,
+                "last_heartbeat": now,
+            },
+        )
+    if too_old:
+        raise ProtocolTooOld(
+            f"namespace {ns.name} requires {needed}; {protocol!r} is older",
+            current={"stage": ns.stage, "min_protocol": ns.min_protocol, "required": needed},
+        )
+    return registration
+
+
+def worker_heartbeat(*, principal: Principal, namespace: str = "default") -> WorkerRegistration:
+    with transaction.atomic(durable=True):
+        registration = (
+            WorkerRegistration.objects.select_for_update()
+            .filter(principal=principal.name, namespace=namespace)
+            .first()
+        )
+        if registration is None:
+            raise NotFound("register first")
+        if registration.refused:
+            raise ProtocolTooOld(
+                "this worker's protocol was refused: register again with a newer one",
+                current={"protocol": registration.protocol},
+            )
+        registration.last_heartbeat = clock.now()
+        registration.save(update_fields=["last_heartbeat"])
+    return registration
+
+
+def refuse_if_too_old(*, principal: Principal, namespace: str) -> None:
+    """A refused worker's claims are refused too (409 PROTOCOL_TOO_OLD) until it registers anew."""
+    if WorkerRegistration.objects.filter(
+        principal=principal.name, namespace=namespace, refused=True
+    ).exists():
+        raise ProtocolTooOld("this worker registered with a protocol the namespace refuses; register again")
