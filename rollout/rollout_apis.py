@@ -244,6 +244,7 @@ class DrainApi(APIView):
 
     @extend_schema(
         operation_id="drain_snapshot",
+        request=None,
         responses={201: OpenApiResponse(description="a new snapshot"), **_errors(401, 403, 404)},
     )
     def post(self, request: Request, ns: str) -> Response:
