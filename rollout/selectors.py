@@ -106,10 +106,13 @@ def drain_counts(
     live_attempts = Attempt.objects.filter(attempt_id__in=live.values("attempt_id"))
     if pool is not None:
         live_attempts = live_attempts.filter(pool=pool)
+    # Legacy-API claims, once: not claim.v1's own decisions written through, and not a claim that also lives in
+    # claim.v1 as the same owner's live attempt (imported on entering SHADOW, or mirrored) — counted above.
+    v1_holders = set(live.values_list("task_id", "owner_id"))
     legacy_live = [
         row
         for row in legacy_store().live_claims(namespace=namespace.name, now=now, pool=pool)
-        if row.via == "legacy"  # claim.v1's own decisions written through are counted above, not twice
+        if row.via == "legacy" and (row.task_id, row.owner_id) not in v1_holders
     ]
     unknown = Effect.objects.filter(namespace=namespace, state=EffectState.UNKNOWN)
     if pool is not None:
