@@ -18,9 +18,13 @@ $(BIN)/.installed: pyproject.toml
 migrate: $(BIN)/.installed
 	$(BIN)/python manage.py migrate --no-input -v 0
 
+# The server, plus a Celery worker with beat for the jobs (dispatch delivery, lease reaping, drain checks, …),
+# stopped together.
 run: migrate
 	@echo "claim control plane on http://$(HOST):$(PORT)/api/v1/docs/  (tokens: $(BIN)/python manage.py issue_token --role worker --name w1)"
-	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+	@$(BIN)/celery -A controlplane worker --beat --pool solo --loglevel WARNING & \
+	  worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
+	  $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 test: $(BIN)/.installed
 	$(BIN)/ruff check .

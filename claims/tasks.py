@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from celery import shared_task
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 
+from .locks import singleton
+from .services import leases_reap
 from .services.dispatch import dispatch_deliver
 
 
@@ -20,3 +22,13 @@ def deliver_dispatch(dispatch_id: str) -> dict:
     the database, never for the target — a timeout at the target is an UNKNOWN outcome, not a retry."""
     delivery = dispatch_deliver(dispatch_id=dispatch_id)
     return {"dispatch_id": delivery.dispatch_id, "sent": delivery.sent, "outcome": delivery.outcome}
+
+
+@shared_task(name="claims.reap_expired_leases")
+def reap_expired_leases() -> dict:
+    """Periodic and a singleton (advisory lock): a second run at the same time does nothing."""
+    with singleton("reap_expired_leases") as got:
+        if not got:
+            return {"skipped": "another run holds the lock"}
+        with transaction.atomic(durable=True):
+            return {"reaped": leases_reap()}

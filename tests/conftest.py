@@ -7,10 +7,14 @@ contract: ``worker_a.claim(task)``, ``worker_b.commit(task, claim, result)``.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -314,3 +318,83 @@ def wait_for_lock_waiters(count: int, timeout: float = 20.0) -> None:
                 return
             time.sleep(0.01)
     raise AssertionError(f"fewer than {count} transactions waited on a lock within {timeout}s")
+
+
+# --- a real Celery worker process ---------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _redis_broker() -> str | None:
+    url = os.environ.get("CELERY_BROKER_URL", "")
+    if not url.startswith("redis://"):
+        return None
+    try:
+        import redis
+
+        redis.Redis.from_url(url).ping()
+    except Exception:
+        return None
+    return url
+
+
+@pytest.fixture
+def celery_worker_process():
+    broker = _redis_broker()
+    if broker is None:
+        pytest.skip("needs a reachable Redis in CELERY_BROKER_URL (redis://…); .ci/run sets one")
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings.test",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+        "CELERY_BROKER_URL": broker,
+        "CELERY_TASK_ALWAYS_EAGER": "false",
+    }
+    _celery_app().connection_for_write().default_channel.client.flushdb()  # no jobs left from earlier runs
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "controlplane",
+            "worker",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "INFO",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    previous = _celery_app().conf.task_always_eager
+    _celery_app().conf.task_always_eager = False
+    yield worker
+    _celery_app().conf.task_always_eager = previous
+    worker.terminate()
+    try:
+        worker.wait(10)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+
+
+def wait_for(predicate, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _celery_app():
+    from controlplane.celery import app
+
+    return app

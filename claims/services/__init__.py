@@ -12,7 +12,7 @@ from .effects import (
     effect_reconcile,
     effect_record_outcome,
 )
-from .leases import ClaimGrant, task_claim, task_claim_next, task_release, task_renew
+from .leases import ClaimGrant, leases_reap, task_claim, task_claim_next, task_release, task_renew
 from .namespaces import epoch_fence, namespace_create, namespace_resume, namespace_set_stage
 from .principals import IssuedToken, hash_token, token_issue
 from .resources import ResourceView, resource_check, resource_create, resource_delete, resource_get
@@ -40,6 +40,7 @@ __all__ = [
     "TaskCreated",
     "epoch_fence",
     "hash_token",
+    "leases_reap",
     "namespace_create",
     "namespace_resume",
     "namespace_set_stage",

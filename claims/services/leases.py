@@ -9,8 +9,9 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 
-from .. import interleave
+from .. import clock, interleave
 from ..errors import (
     Cancelled,
     ClaimsPaused,
@@ -22,7 +23,7 @@ from ..errors import (
     NotFound,
     VersionMismatch,
 )
-from ..models import AcceptancePoint, Attempt, AttemptEnd, EventKind, Principal, Task, TaskState
+from ..models import AcceptancePoint, Attempt, AttemptEnd, EventKind, Principal, Task, TaskEvent, TaskState
 from ..states import check_transition
 from . import _sql
 from ._base import (
@@ -32,6 +33,7 @@ from ._base import (
     event_statement,
     hold_namespace,
     hold_task,
+    new_event,
     task_current,
 )
 from .resources import take_fences
@@ -599,3 +601,44 @@ def task_release(
             point=AcceptancePoint.RELEASE,
         )
     return task
+
+
+def leases_reap(*, limit: int = 500) -> int:
+    """Record `lease_expired` once for every claim whose lease ran out and that nobody has reclaimed yet (the task
+    stays CLAIMED; the next claim is a reclaim). Keeps timelines and the frontier's story accurate and feeds the
+    reclamation-latency metric. Idempotent: an attempt already reaped is skipped. Returns how many it recorded."""
+    now = clock.now()
+    reaped = TaskEvent.objects.filter(
+        kind=EventKind.LEASE_EXPIRED, task_id=OuterRef("pk"), attempt_id=OuterRef("attempt_id")
+    )
+    expired = list(
+        Task.objects.filter(state=TaskState.CLAIMED, lease_expires_at__lte=now)
+        .exclude(Exists(reaped))
+        .values_list(
+            "task_id",
+            "namespace_id",
+            "attempt_id",
+            "claim_generation",
+            "scheduler_epoch",
+            "owner_id",
+            "lease_expires_at",
+        )[:limit]
+    )
+    TaskEvent.objects.bulk_create(
+        [
+            new_event(
+                EventKind.LEASE_EXPIRED,
+                namespace_id=ns_id,
+                task_id=task_id,
+                at=now,
+                principal=None,
+                attempt_id=attempt_id,
+                claim_generation=generation,
+                scheduler_epoch=epoch,
+                owner_id=owner,
+                detail={"lease_expires_at": lease.isoformat()},
+            )
+            for task_id, ns_id, attempt_id, generation, epoch, owner, lease in expired
+        ]
+    )
+    return len(expired)

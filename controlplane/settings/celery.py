@@ -24,3 +24,13 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
+
+# Periodic jobs (celery beat). The embedded default (`make run`) runs a worker with beat next to the server.
+CELERY_BEAT_SCHEDULE = {
+    "reap-expired-leases": {"task": "claims.reap_expired_leases", "schedule": 10.0},
+    "drain-check": {"task": "rollout.drain_check", "schedule": 15.0},
+    "coverage-check": {"task": "rollout.coverage_check", "schedule": 60.0},
+    "compare-shadow": {"task": "rollout.compare_shadow", "schedule": 60.0},
+    "advance-rollbacks": {"task": "rollout.advance_rollback", "schedule": 15.0},
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

@@ -1,0 +1,69 @@
+"""Rollout's Celery jobs (rollout.md). Thin: load, call one service, own the retry policy. Idempotent; those that
+must run alone take a named advisory lock (claims.locks.singleton)."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.db import DatabaseError
+
+from claims.locks import singleton
+from claims.models import Namespace, Principal, Stage
+
+from . import jobs, stages
+from .models import Rollback
+
+_RETRY = {"autoretry_for": (DatabaseError,), "retry_backoff": True, "retry_kwargs": {"max_retries": 5}}
+
+
+@shared_task(name="rollout.fence_epoch", **_RETRY)
+def fence_epoch(namespace: str, reason: str, principal: str) -> dict:
+    """Pause, bump, record — then prove it: an old-epoch commit must come back FENCED (EPOCH)."""
+    return jobs.fence_with_self_check(
+        namespace=namespace, reason=reason, principal=Principal.objects.get(name=principal)
+    )
+
+
+@shared_task(name="rollout.drain_check", **_RETRY)
+def drain_check(namespace: str | None = None, pool: str | None = None) -> list[dict]:
+    """A drain snapshot per namespace that is migrating (or the one named); periodic and on demand."""
+    names = (
+        [namespace]
+        if namespace
+        else list(
+            Namespace.objects.exclude(stage__in=[Stage.LEGACY, Stage.V1_ONLY]).values_list("name", flat=True)
+        )
+    )
+    out = []
+    for name in names:
+        snapshot = stages.drain_snapshot(namespace=name, pool=pool)
+        out.append({"namespace": name, "clean": snapshot.clean, "clean_streak": snapshot.clean_streak})
+    return out
+
+
+@shared_task(name="rollout.coverage_check", **_RETRY)
+def coverage_check(namespace: str | None = None) -> list[dict]:
+    names = [namespace] if namespace else list(Namespace.objects.values_list("name", flat=True))
+    return [jobs.coverage_figures(name) for name in names]
+
+
+@shared_task(name="rollout.compare_shadow", **_RETRY)
+def compare_shadow(namespace: str | None = None) -> dict:
+    with singleton("compare_shadow") as got:
+        if not got:
+            return {"skipped": "another run holds the lock"}
+        return {"recorded": jobs.settle_winner_differs(namespace=namespace)}
+
+
+@shared_task(name="rollout.advance_rollback", **_RETRY)
+def advance_rollback(rollback_id: str | None = None) -> list[dict]:
+    """Drive running rollbacks through their drain (the one named, or every running one)."""
+    ids = (
+        [rollback_id]
+        if rollback_id
+        else list(Rollback.objects.filter(finished_at__isnull=True).values_list("pk", flat=True))
+    )
+    out = []
+    for pk in ids:
+        rollback = stages.advance_rollback(rollback_id=pk)
+        out.append({"rollback_id": str(pk), "step": rollback.step})
+    return out
