@@ -9,4 +9,6 @@ class ClaimsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import schema  # noqa: F401  (registers the OpenAPI auth extension)
+        from . import metrics, schema  # noqa: F401  (registers the OpenAPI auth extension)
+
+        metrics.register()

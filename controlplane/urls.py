@@ -6,6 +6,7 @@ from django.urls import include, path
 from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from claims.metrics import metrics_view
 from rollout.urls import legacy_urlpatterns, v1_urlpatterns
 
 
@@ -34,5 +35,5 @@ urlpatterns = [
     path("api/v1/", include("claims.urls")),
     path("api/legacy/", include(legacy_urlpatterns)),
     path("admin/", admin.site.urls),
-    path("", include("django_prometheus.urls")),
+    path("metrics", metrics_view, name="metrics"),
 ]

@@ -171,6 +171,8 @@ if LEASE_MAX_SECONDS < LEASE_MIN_SECONDS:
 # Upper bound of any JSON value a client may send (task input, staged result), in bytes.
 CLAIMS_MAX_VALUE_BYTES = env_int("CLAIMS_MAX_VALUE_BYTES", 1_000_000, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = CLAIMS_MAX_VALUE_BYTES * 2 + 65536
+# /metrics needs no token unless this is set; then it wants "Authorization: Bearer <METRICS_TOKEN>".
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 
 # --- rollout (rollout.md) -------------------------------------------------------------------------------
 ROLLOUT_WINDOW_SECONDS = env_int("ROLLOUT_WINDOW_SECONDS", 3600, minimum=1)
