@@ -260,3 +260,32 @@ for _routed, _core in (
     (RoutedCommitApi, core_apis.TaskCommitApi),
 ):
     _routed.post.kwargs = dict(_core.post.kwargs)
+
+
+class RoutedTaskDetailApi(core_apis.TaskDetailApi):
+    def get(self, request: Request, task_id: str) -> Response:
+        from claims import selectors as core_selectors
+
+        from .reads import legacy_view
+
+        task = core_selectors.task_get(task_id=task_id)
+        return Response(legacy_view(task, core_apis.task_body(task)))
+
+
+class RoutedTaskListApi(core_apis.TaskListCreateApi):
+    def get(self, request: Request) -> Response:
+        from claims import selectors as core_selectors
+
+        from .reads import legacy_view, with_legacy_state
+
+        query = core_s.TaskListQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        state = query.validated_data.get("state")
+        tasks = with_legacy_state(core_selectors.task_list(namespace=query.validated_data.get("namespace")))
+        if state:
+            tasks = tasks.filter(read_state=state)
+        return core_apis._paginated(self, request, tasks, lambda t: legacy_view(t, core_apis.task_body(t)))
+
+
+RoutedTaskDetailApi.get.kwargs = dict(core_apis.TaskDetailApi.get.kwargs)
+RoutedTaskListApi.get.kwargs = dict(core_apis.TaskListCreateApi.get.kwargs)

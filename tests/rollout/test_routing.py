@@ -100,3 +100,28 @@ def test_v1_writes_decides_in_claim_v1_and_writes_the_legacy_store_for_rollback(
     assert committed.status_code == 200
     row = LegacyClaim.objects.get(pk=task_id)
     assert (row.owner_id, row.result, row.via) == ("worker-a", {"v": 1}, "claim.v1")
+
+
+def test_reads_show_the_legacy_store_in_legacy_and_shadow_and_claim_v1_from_v1_reads(
+    operator, worker_a, ns_at
+):
+    def legacy(actor, task_id, op, **body):
+        return actor.client.post(
+            f"/api/legacy/tasks/{task_id}/{op}", {"owner_id": actor.name, **body}, format="json"
+        )
+
+    ns = ns_at("LEGACY")
+    claimed = operator.create(namespace=ns).json()["task_id"]
+    free = operator.create(namespace=ns).json()["task_id"]
+    legacy(worker_a, claimed, "claim", ttl_seconds=30)
+
+    detail = worker_a.get(f"/tasks/{claimed}").json()
+    frontier = worker_a.get("/tasks", namespace=ns, state="READY").json()
+    v1_ns = ns_at("V1_READS")
+    v1_task = operator.create(namespace=v1_ns).json()["task_id"]
+
+    assert (detail["state"], detail["owner_id"], detail["read_from"]) == ("CLAIMED", "worker-a", "legacy")
+    assert [t["task_id"] for t in frontier["results"]] == [free]
+    assert "read_from" not in worker_a.get(f"/tasks/{v1_task}").json()
+    # The task creation path (POST /tasks) still goes to the core.
+    assert operator.create(namespace=ns).status_code == 201
