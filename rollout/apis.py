@@ -289,3 +289,97 @@ class RoutedTaskListApi(core_apis.TaskListCreateApi):
 
 RoutedTaskDetailApi.get.kwargs = dict(core_apis.TaskDetailApi.get.kwargs)
 RoutedTaskListApi.get.kwargs = dict(core_apis.TaskListCreateApi.get.kwargs)
+
+
+class RoutedClaimNextApi(core_apis.ClaimNextApi):
+    """Claim-next by stage: LEGACY refuses it; SHADOW/V1_READS let claim.v1 pick (its SKIP LOCKED frontier) and
+    legacy decide the grant; V1_WRITES writes claim.v1's grant through to the legacy store."""
+
+    def post(self, request: Request) -> Response:
+        from django.db import transaction
+
+        from claims import clock
+        from claims.errors import Invalid
+        from claims.models import Namespace, Stage
+
+        from .legacy import legacy_store
+        from .services import StageNotOpen, V1Verdict, _refuse_refused_worker, compare
+
+        data = _valid(core_s.ClaimNextIn, request)
+        p = request.user
+        ns = Namespace.objects.filter(name=data.get("namespace", "default")).first()
+        if ns is None:
+            raise Invalid({"namespace": [f"unknown namespace {data.get('namespace')!r}"]})
+        _refuse_refused_worker(p, ns)
+        if ns.stage == Stage.LEGACY:
+            raise StageNotOpen(
+                f"namespace {ns.name} is at LEGACY: the claim.v1 API is not open yet",
+                current={"stage": ns.stage},
+            )
+        if ns.stage == Stage.V1_ONLY or data["scheduler_epoch"] != ns.scheduler_epoch or ns.claims_paused:
+            return super().post(request)
+        grant = core.task_claim_next(principal=p, **data)
+        if grant is None:
+            return Response(status=204)
+        task = grant.task
+        with transaction.atomic(durable=True):
+            now = clock.now()
+            store = legacy_store()
+            if ns.stage == Stage.V1_WRITES:
+                store.record_claim(
+                    task_id=task.task_id,
+                    namespace=ns.name,
+                    owner_id=task.owner_id,
+                    expires_at=task.lease_expires_at,
+                    now=now,
+                    pool=p.pool,
+                )
+                return Response(core_apis.claim_body(grant))
+            verdict = store.claim(
+                task_id=task.task_id,
+                namespace=ns.name,
+                owner_id=p.owner_id,
+                ttl_seconds=data["ttl_seconds"],
+                now=now,
+                pool=p.pool,
+                via="claim.v1",
+            )
+        v1 = V1Verdict(
+            True, "CLAIMED", attempt_id=str(grant.attempt_id), claim_generation=task.claim_generation
+        )
+        mismatch = compare(
+            namespace=ns.name,
+            task_id=task.task_id,
+            operation="claim",
+            api="claim.v1",
+            owner_id=p.owner_id,
+            legacy=verdict,
+            v1=v1,
+        )
+        body = {
+            **core_apis.claim_body(grant),
+            "decided_by": "legacy",
+            "shadow": {
+                "verdict": "CLAIMED",
+                "reason": "CLAIMED",
+                "mismatch_id": mismatch.id if mismatch else None,
+            },
+        }
+        if verdict.accepted:
+            return Response(body)
+        return Response(
+            {
+                **body,
+                "outcome": verdict.word,
+                "reason": verdict.word,
+                "detail": "legacy refused",
+                "current": {
+                    "owner_id": verdict.owner_id,
+                    "expires_at": verdict.expires_at.isoformat() if verdict.expires_at else None,
+                },
+            },
+            status=409,
+        )
+
+
+RoutedClaimNextApi.post.kwargs = dict(core_apis.ClaimNextApi.post.kwargs)

@@ -16,6 +16,7 @@ legacy_urlpatterns = [
 # The claim.v1 worker operations, routed by stage; mounted before the core's own routes for the same paths.
 v1_urlpatterns = [
     path("tasks", apis.RoutedTaskListApi.as_view(), name="routed-tasks"),
+    path("claims", apis.RoutedClaimNextApi.as_view(), name="routed-claim-next"),
     path("tasks/<task_id:task_id>", apis.RoutedTaskDetailApi.as_view(), name="routed-task"),
     path("tasks/<task_id:task_id>/claim", apis.RoutedClaimApi.as_view(), name="routed-task-claim"),
     path("tasks/<task_id:task_id>/renew", apis.RoutedRenewApi.as_view(), name="routed-task-renew"),

@@ -125,3 +125,24 @@ def test_reads_show_the_legacy_store_in_legacy_and_shadow_and_claim_v1_from_v1_r
     assert "read_from" not in worker_a.get(f"/tasks/{v1_task}").json()
     # The task creation path (POST /tasks) still goes to the core.
     assert operator.create(namespace=ns).status_code == 201
+
+
+def test_claim_next_by_stage(operator, worker_a, ns_at):
+    legacy_ns, shadow_ns, writes_ns = ns_at("LEGACY"), ns_at("SHADOW"), ns_at("V1_WRITES")
+    operator.create(namespace=legacy_ns)
+    in_shadow = operator.create(namespace=shadow_ns).json()["task_id"]
+    in_writes = operator.create(namespace=writes_ns).json()["task_id"]
+
+    closed = worker_a.claim_next(namespace=legacy_ns)
+    shadow = worker_a.claim_next(namespace=shadow_ns).json()
+    writes = worker_a.claim_next(namespace=writes_ns).json()
+
+    assert closed.status_code == 409 and closed.json()["outcome"] == "STAGE_NOT_OPEN"
+    assert (shadow["task_id"], shadow["decided_by"], shadow["shadow"]["mismatch_id"]) == (
+        in_shadow,
+        "legacy",
+        None,
+    )
+    assert LegacyClaim.objects.get(pk=in_shadow).owner_id == "worker-a"
+    assert writes["task_id"] == in_writes and "decided_by" not in writes
+    assert LegacyClaim.objects.get(pk=in_writes).via == "claim.v1"
