@@ -98,12 +98,23 @@ class LegacyCompleteApi(APIView):
 
 # --- the claim.v1 API, routed by the namespace's stage (these views replace the core's four) ------------
 
+from django.db import transaction  # noqa: E402
+
 from claims import apis as core_apis  # noqa: E402
+from claims import clock  # noqa: E402
+from claims import selectors as core_selectors  # noqa: E402
 from claims import serializers as core_s  # noqa: E402
 from claims import services as core  # noqa: E402
-from claims.models import StagedResult  # noqa: E402
+from claims.errors import Invalid  # noqa: E402
+from claims.models import (  # noqa: E402
+    Namespace,
+    Stage,
+    StagedResult,  # noqa: E402
+)
 
-from .services import routed_v1  # noqa: E402
+from .legacy import legacy_store  # noqa: E402
+from .reads import legacy_view, with_legacy_state  # noqa: E402
+from .services import StageNotOpen, V1Verdict, _refuse_refused_worker, compare, routed_v1  # noqa: E402
 
 
 def _shaped(routed, core_answer) -> Response:
@@ -264,20 +275,12 @@ for _routed, _core in (
 
 class RoutedTaskDetailApi(core_apis.TaskDetailApi):
     def get(self, request: Request, task_id: str) -> Response:
-        from claims import selectors as core_selectors
-
-        from .reads import legacy_view
-
         task = core_selectors.task_get(task_id=task_id)
         return Response(legacy_view(task, core_apis.task_body(task)))
 
 
 class RoutedTaskListApi(core_apis.TaskListCreateApi):
     def get(self, request: Request) -> Response:
-        from claims import selectors as core_selectors
-
-        from .reads import legacy_view, with_legacy_state
-
         query = core_s.TaskListQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         state = query.validated_data.get("state")
@@ -296,15 +299,6 @@ class RoutedClaimNextApi(core_apis.ClaimNextApi):
     legacy decide the grant; V1_WRITES writes claim.v1's grant through to the legacy store."""
 
     def post(self, request: Request) -> Response:
-        from django.db import transaction
-
-        from claims import clock
-        from claims.errors import Invalid
-        from claims.models import Namespace, Stage
-
-        from .legacy import legacy_store
-        from .services import StageNotOpen, V1Verdict, _refuse_refused_worker, compare
-
         data = _valid(core_s.ClaimNextIn, request)
         p = request.user
         ns = Namespace.objects.filter(name=data.get("namespace", "default")).first()
