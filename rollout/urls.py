@@ -4,7 +4,7 @@ from django.urls import path
 
 from claims.urls import NameConverter, TaskIdConverter  # noqa: F401  (registers the converters)
 
-from . import apis, rollout_apis
+from . import apis, rollout_apis, routed_apis
 
 legacy_urlpatterns = [
     path("tasks/<task_id:task_id>/claim", apis.LegacyClaimApi.as_view(), name="legacy-claim"),
@@ -15,13 +15,15 @@ legacy_urlpatterns = [
 
 # The claim.v1 worker operations, routed by stage; mounted before the core's own routes for the same paths.
 v1_urlpatterns = [
-    path("tasks", apis.RoutedTaskListApi.as_view(), name="routed-tasks"),
-    path("claims", apis.RoutedClaimNextApi.as_view(), name="routed-claim-next"),
-    path("tasks/<task_id:task_id>", apis.RoutedTaskDetailApi.as_view(), name="routed-task"),
-    path("tasks/<task_id:task_id>/claim", apis.RoutedClaimApi.as_view(), name="routed-task-claim"),
-    path("tasks/<task_id:task_id>/renew", apis.RoutedRenewApi.as_view(), name="routed-task-renew"),
-    path("tasks/<task_id:task_id>/release", apis.RoutedReleaseApi.as_view(), name="routed-task-release"),
-    path("tasks/<task_id:task_id>/commit", apis.RoutedCommitApi.as_view(), name="routed-task-commit"),
+    path("tasks", routed_apis.RoutedTaskListApi.as_view(), name="routed-tasks"),
+    path("claims", routed_apis.RoutedClaimNextApi.as_view(), name="routed-claim-next"),
+    path("tasks/<task_id:task_id>", routed_apis.RoutedTaskDetailApi.as_view(), name="routed-task"),
+    path("tasks/<task_id:task_id>/claim", routed_apis.RoutedClaimApi.as_view(), name="routed-task-claim"),
+    path("tasks/<task_id:task_id>/renew", routed_apis.RoutedRenewApi.as_view(), name="routed-task-renew"),
+    path(
+        "tasks/<task_id:task_id>/release", routed_apis.RoutedReleaseApi.as_view(), name="routed-task-release"
+    ),
+    path("tasks/<task_id:task_id>/commit", routed_apis.RoutedCommitApi.as_view(), name="routed-task-commit"),
     path("namespaces/<ns:ns>/rollout", rollout_apis.RolloutApi.as_view(), name="rollout"),
     path("namespaces/<ns:ns>/rollout/advance", rollout_apis.AdvanceApi.as_view(), name="rollout-advance"),
     path("namespaces/<ns:ns>/rollout/rollback", rollout_apis.RollbackApi.as_view(), name="rollout-rollback"),
