@@ -98,7 +98,8 @@ def test_after_a_fence_the_old_holder_must_claim_again_and_then_commits(worker_a
 
 
 def test_namespaces_are_created_listed_and_shown_with_their_drain(operator, worker_a):
-    created = operator.post("/namespaces", {"name": "payments", "stage": "LEGACY"})
+    created = operator.post("/namespaces", {"name": "payments"})
+    migrating = operator.post("/namespaces", {"name": "ledger", "stage": "LEGACY"})
     duplicate = operator.post("/namespaces", {"name": "payments"})
     task_id = operator.create(namespace="payments").json()["task_id"]
     worker_a.claim(task_id)
@@ -112,10 +113,11 @@ def test_namespaces_are_created_listed_and_shown_with_their_drain(operator, work
         "name": "payments",
         "scheduler_epoch": 1,
         "claims_paused": False,
-        "stage": "LEGACY",
+        "stage": "V1_ONLY",
         "min_protocol": "legacy",
     }
+    assert migrating.json()["stage"] == "LEGACY"
     assert duplicate.status_code == 409 and duplicate.json()["outcome"] == "NAMESPACE_EXISTS"
     assert shown["drain"] == {"active_leases": 1, "unknown_effects": 0, "awaiting_commit": 0}
-    assert [ns["name"] for ns in listed["results"]] == ["default", "payments"]
-    assert AuditEntry.objects.filter(action="namespace_create", principal="olivia-operator").count() == 1
+    assert [ns["name"] for ns in listed["results"]] == ["default", "ledger", "payments"]
+    assert AuditEntry.objects.filter(action="namespace_create", principal="olivia-operator").count() == 2
