@@ -42,3 +42,31 @@ def token_issue(*, name: str, role: str, pool: str = "") -> IssuedToken:
         raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
         Token.objects.create(principal=principal, key_hash=hash_token(raw), prefix=raw[:10], created_at=now)
     return IssuedToken(principal=principal, token=raw)
+
+
+UI_ROLES = ("oncall", "operator")  # strongest first; a user in neither group is a viewer
+
+
+def ui_role(user) -> str:
+    """The UI role of a Django user: its strongest group (oncall may do all an operator may)."""
+    groups = set(user.groups.values_list("name", flat=True)) if user.is_authenticated else set()
+    for role in UI_ROLES:
+        if role in groups:
+            return role
+    return "viewer"
+
+
+def principal_for_user(user) -> Principal | None:
+    """The principal a UI user acts as (``ui:<username>``), kept in step with the user's groups; None for a
+    viewer, who may not act."""
+    role = ui_role(user)
+    if role == "viewer":
+        return None
+    with transaction.atomic(durable=True):
+        principal, created = Principal.objects.get_or_create(
+            name=f"ui:{user.get_username()}", defaults={"role": role, "created_at": clock.now()}
+        )
+        if not created and principal.role != role:
+            principal.role = role
+            principal.save(update_fields=["role"])
+    return principal
