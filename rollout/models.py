@@ -198,3 +198,21 @@ class WorkerRegistration(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["principal", "namespace"], name="one_registration_per_ns")
         ]
+
+
+class LegacyEvent(models.Model):
+    """The legacy store's side of a task's history while the control plane serves it: every legacy decision,
+    from either API (the mismatch drill-down shows it beside the claim.v1 timeline). Append-only."""
+
+    id = models.BigAutoField(primary_key=True)
+    namespace = models.CharField(max_length=100)
+    task_id = models.CharField(max_length=200)
+    operation = models.CharField(max_length=16)
+    api = models.CharField(max_length=16)
+    owner_id = models.CharField(max_length=200)
+    verdict = models.CharField(max_length=16)
+    accepted = models.BooleanField()
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["task_id", "at"], name="legacyevent_task_at")]

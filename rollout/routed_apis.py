@@ -18,7 +18,7 @@ from claims.models import Namespace, Stage, StagedResult
 
 from .legacy import legacy_store
 from .reads import legacy_view, with_legacy_state
-from .services import StageNotOpen, V1Verdict, _refuse_refused_worker, compare, routed_v1
+from .services import StageNotOpen, V1Verdict, _refuse_refused_worker, compare, record_legacy, routed_v1
 
 
 def _shaped(routed, core_answer) -> Response:
@@ -242,6 +242,7 @@ class RoutedClaimNextApi(core_apis.ClaimNextApi):
                 pool=p.pool,
                 via="claim.v1",
             )
+            record_legacy(ns, task.task_id, "claim", "claim.v1", p.owner_id, verdict, now)
         v1 = V1Verdict(
             True, "CLAIMED", attempt_id=str(grant.attempt_id), claim_generation=task.claim_generation
         )

@@ -72,6 +72,24 @@ def namespace_of(task_id: str) -> Namespace:
     return task.namespace
 
 
+def record_legacy(
+    ns: Namespace, task_id: str, operation: str, api: str, owner_id: str, verdict: LegacyVerdict, now
+) -> None:
+    """Append the legacy decision to the task's legacy history, in the decision's transaction."""
+    from .models import LegacyEvent
+
+    LegacyEvent.objects.create(
+        namespace=ns.name,
+        task_id=task_id,
+        operation=operation,
+        api=api,
+        owner_id=owner_id,
+        verdict=verdict.word,
+        accepted=verdict.accepted,
+        at=now,
+    )
+
+
 def _refuse_refused_worker(principal: Principal, ns: Namespace) -> None:
     from .models import WorkerRegistration
 
@@ -366,6 +384,7 @@ def legacy_operation(
                 result_digest=result_digest,
                 now=now,
             )
+        record_legacy(ns, task_id, operation, "legacy", owner_id, verdict, now)
     if ns.stage not in LEGACY_DECIDES:
         return LegacyAnswer(verdict)
     v1 = _mirror(
@@ -474,7 +493,9 @@ def routed_v1(
                 v1_write_through(legacy_store(), ns, clock.now(), value)
         return Routed(-1, {"value": value})  # the caller shapes the core's own answer
     with transaction.atomic(durable=True):
-        verdict = legacy_call(legacy_store(), ns, clock.now())
+        now = clock.now()
+        verdict = legacy_call(legacy_store(), ns, now)
+        record_legacy(ns, task_id, operation, "claim.v1", owner_id, verdict, now)
     v1 = judge(v1_call, accepted_word=success_word)
     mismatch = compare(
         namespace=ns.name,
