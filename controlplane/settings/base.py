@@ -62,6 +62,9 @@ MIDDLEWARE = [
 ROOT_URLCONF = "controlplane.urls"
 WSGI_APPLICATION = "controlplane.wsgi.application"
 APPEND_SLASH = False  # the contract's paths have no trailing slash
+LOGIN_URL = "/login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login"
 
 TEMPLATES = [
     {

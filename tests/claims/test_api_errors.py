@@ -341,7 +341,8 @@ def test_a_body_over_the_size_limit_is_400(operator, default_namespace, settings
     assert not Task.objects.exists()
 
 
-def test_the_home_page_links_the_docs(anonymous):
+def test_the_console_asks_for_a_login_first(anonymous):
     response = anonymous.get("/")
 
-    assert response.status_code == 200 and b"/api/v1/docs/" in response.content
+    assert response.status_code == 302 and response["Location"].startswith("/login")
+    assert anonymous.get("/login").status_code == 200

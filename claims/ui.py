@@ -1,0 +1,74 @@
+"""What every operator page shares: roles from Django groups, and acting as the user's principal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from html import escape
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+
+from .errors import ClaimError
+from .models import Principal
+from .services.principals import principal_for_user, ui_role
+
+_RANK = {"viewer": 0, "operator": 1, "oncall": 2}
+
+
+def role_required(role: str) -> Callable:
+    """Allow users whose group is at least ``role`` (oncall ⊇ operator ⊇ viewer); 403 otherwise."""
+
+    def decorate(view: Callable) -> Callable:
+        @login_required
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if _RANK[ui_role(request.user)] < _RANK[role]:
+                return HttpResponseForbidden(
+                    f"Your role ({ui_role(request.user)}) may not do this; it needs {role}."
+                )
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorate
+
+
+def acting(request: HttpRequest) -> Principal:
+    principal = principal_for_user(request.user)
+    assert principal is not None, "role_required lets only operators and oncall act"
+    return principal
+
+
+def report(request: HttpRequest, exc: ClaimError) -> None:
+    """Show a refused action the way the API would say it."""
+    body = exc.body()
+    word = body.get("outcome", "ERROR")
+    reason = body.get("reason")
+    detail = body.get("detail") or "; ".join(f"{k}: {' '.join(v)}" for k, v in body.get("errors", {}).items())
+    messages.error(request, f"{word}{f' ({reason})' if reason and reason != word else ''}: {detail}")
+
+
+def bar_chart(series: list[tuple[str, float]], *, width: int = 560, height: int = 120, unit: str = "") -> str:
+    """A small SVG bar chart drawn by the project (no CDN, no JS), with a text title per bar for screen readers."""
+    if not series:
+        return '<p class="muted">No data yet.</p>'
+    top = max(value for _, value in series) or 1
+    bar = width / len(series)
+    parts = [
+        f'<svg class="chart" viewBox="0 0 {width} {height + 18}" role="img" '
+        f'aria-label="{len(series)} bars, highest {top:g}{escape(unit)}" width="100%">'
+    ]
+    for index, (label, value) in enumerate(series):
+        h = (value / top) * height
+        x = index * bar
+        parts.append(
+            f'<rect x="{x + 1:.1f}" y="{height - h:.1f}" width="{max(bar - 2, 1):.1f}" height="{h:.1f}">'
+            f"<title>{escape(label)}: {value:g}{escape(unit)}</title></rect>"
+        )
+    parts.append(f'<text x="0" y="{height + 14}">{escape(series[0][0])}</text>')
+    parts.append(
+        f'<text x="{width}" y="{height + 14}" text-anchor="end">{escape(series[-1][0])}</text></svg>'
+    )
+    return "".join(parts)

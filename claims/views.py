@@ -1,0 +1,109 @@
+"""Operator pages for the claim.v1 records: tasks (search, detail) and the effects backlog with its actions."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from . import clock, services
+from .errors import ClaimError
+from .models import Effect, EffectState, Task, TaskState
+from .services.principals import ui_role
+from .ui import acting, report, role_required
+
+
+def _ctx(request: HttpRequest, **extra) -> dict:
+    return {"ui_role": ui_role(request.user), **extra}
+
+
+@role_required("viewer")
+def tasks(request: HttpRequest) -> HttpResponse:
+    q, state, ns = request.GET.get("q", "").strip(), request.GET.get("state", ""), request.GET.get("ns", "")
+    rows = Task.objects.select_related("namespace").order_by("-updated_at")
+    if q:
+        rows = rows.filter(Q(task_id__icontains=q) | Q(node_id__icontains=q) | Q(owner_id__icontains=q))
+    if state:
+        rows = rows.filter(state=state)
+    if ns:
+        rows = rows.filter(namespace__name=ns)
+    now = clock.now()
+    listed = [
+        {
+            "task": task,
+            "lease_left": (task.lease_expires_at - now).total_seconds() if task.lease_expires_at else None,
+        }
+        for task in rows[:200]
+    ]
+    return render(
+        request,
+        "claims/tasks.html",
+        _ctx(request, rows=listed, q=q, state=state, ns=ns, states=TaskState.values),
+    )
+
+
+@role_required("viewer")
+def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
+    task = get_object_or_404(Task.objects.select_related("namespace"), pk=task_id)
+    now = clock.now()
+    return render(
+        request,
+        "claims/task.html",
+        _ctx(
+            request,
+            task=task,
+            lease_left=(task.lease_expires_at - now).total_seconds() if task.lease_expires_at else None,
+            events=task.events.order_by("id"),
+            attempts=task.attempts.order_by("claim_generation"),
+            staged=task.staged_results.order_by("staged_at"),
+            effects=task.effects.order_by("created_at"),
+        ),
+    )
+
+
+@role_required("viewer")
+def effects(request: HttpRequest) -> HttpResponse:
+    unknown = Effect.objects.filter(state=EffectState.UNKNOWN).select_related("task").order_by("updated_at")
+    awaiting = (
+        Effect.objects.filter(non_replayable=True, approved_at__isnull=True)
+        .exclude(state=EffectState.COMMITTED)
+        .select_related("task")
+        .order_by("created_at")
+    )
+    return render(request, "claims/effects.html", _ctx(request, unknown=unknown, awaiting=awaiting))
+
+
+@require_POST
+@role_required("operator")
+def effect_reconcile(request: HttpRequest, effect_id: str) -> HttpResponse:
+    try:
+        effect = services.effect_reconcile(
+            principal=acting(request),
+            effect_id=effect_id,
+            observed=request.POST.get("observed", ""),
+            external_ref=request.POST.get("external_ref") or None,
+        )
+        messages.success(request, f"Effect {effect_id[:12]}… reconciled: now {effect.state}.")
+    except ClaimError as exc:
+        report(request, exc)
+    return redirect("console:effects")
+
+
+@require_POST
+@role_required("operator")
+def effect_approve(request: HttpRequest, effect_id: str) -> HttpResponse:
+    try:
+        services.effect_approve(
+            principal=acting(request), effect_id=effect_id, note=request.POST.get("note", "")
+        )
+        messages.success(request, f"Effect {effect_id[:12]}… approved.")
+    except ClaimError as exc:
+        report(request, exc)
+    return redirect("console:effects")
+
+
+def effect_detail_redirect(request: HttpRequest, effect_id: str) -> HttpResponse:
+    effect = get_object_or_404(Effect, pk=effect_id)
+    return redirect("console:task", task_id=effect.task_id)

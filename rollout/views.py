@@ -1,0 +1,320 @@
+"""The operator console (server-rendered): namespaces, the rollout page, fences, mismatches, pools, metrics.
+Every action checks the role and goes through a service, which writes the audit log with the principal."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta
+
+from django.contrib import messages
+from django.db.models import Count, Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from claims import clock, services
+from claims.errors import ClaimError
+from claims.models import (
+    AuditEntry,
+    Effect,
+    EffectState,
+    EventKind,
+    Namespace,
+    Stage,
+    Task,
+    TaskEvent,
+    TaskState,
+)
+from claims.services.principals import ui_role
+from claims.ui import acting, bar_chart, report, role_required
+
+from . import selectors, stages
+from .models import (
+    DrainSnapshot,
+    LegacyClaim,
+    LegacyEvent,
+    Mismatch,
+    MismatchStatus,
+    Rollback,
+    StageChange,
+    WorkerRegistration,
+)
+from .services import explain_rule_create, mismatch_review
+from .tasks import fence_epoch
+
+
+def _ctx(request: HttpRequest, **extra) -> dict:
+    return {"ui_role": ui_role(request.user), **extra}
+
+
+@role_required("viewer")
+def overview(request: HttpRequest) -> HttpResponse:
+    rows = []
+    now = clock.now()
+    open_by_ns = dict(
+        Mismatch.objects.filter(status__in=[MismatchStatus.OPEN, MismatchStatus.BUG])
+        .values_list("namespace")
+        .annotate(n=Count("id"))
+    )
+    for ns in Namespace.objects.order_by("name"):
+        drain = selectors.drain_counts(ns, now=now)
+        rows.append({"ns": ns, "drain": drain, "mismatches": open_by_ns.get(ns.name, 0)})
+    return render(request, "rollout/overview.html", _ctx(request, rows=rows))
+
+
+def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
+    gate = stages.evaluate_gate(namespace=ns.name)
+    ns.refresh_from_db()
+    order = stages.ORDER
+    here = order.index(ns.stage)
+    steps = [{"stage": stage, "done": i < here, "current": i == here} for i, stage in enumerate(order)]
+    drains = {
+        label: DrainSnapshot.objects.filter(namespace=ns.name, pool=pool).order_by("-taken_at").first()
+        for label, pool in (("legacy pool", "legacy"), ("whole namespace", ""))
+    }
+    fence_checks = AuditEntry.objects.filter(namespace=ns.name, action="fence_self_check").order_by("-at")[:3]
+    return {
+        "ns": ns,
+        "steps": steps,
+        "gate": gate,
+        "next_stage": stages.next_stage(ns.stage),
+        "earlier": order[:here],
+        "coverage": selectors.coverage(ns),
+        "drains": drains,
+        "rollback": Rollback.objects.filter(namespace=ns.name).order_by("-started_at").first(),
+        "fence_checks": fence_checks,
+        "changes": StageChange.objects.filter(namespace=ns.name).order_by("-at")[:10],
+    }
+
+
+@role_required("viewer")
+def rollout_page(request: HttpRequest, ns: str) -> HttpResponse:
+    namespace = get_object_or_404(Namespace, name=ns)
+    return render(request, "rollout/rollout.html", _ctx(request, **_rollout_context(request, namespace)))
+
+
+@role_required("operator")
+def advance(request: HttpRequest, ns: str) -> HttpResponse:
+    """GET: the gate's figures and a confirm button. POST: advance (oncall may override with a reason)."""
+    namespace = get_object_or_404(Namespace, name=ns)
+    if request.method != "POST":
+        return render(
+            request, "rollout/confirm_advance.html", _ctx(request, **_rollout_context(request, namespace))
+        )
+    try:
+        stage, gate = stages.advance(
+            principal=acting(request),
+            namespace=ns,
+            to_stage=request.POST.get("to_stage", ""),
+            reason=request.POST.get("reason", ""),
+            override=bool(request.POST.get("override")),
+        )
+        messages.success(request, f"Advanced to {stage}. Gate {gate.move}: {gate.why}.")
+    except ClaimError as exc:
+        report(request, exc)
+    return redirect("console:rollout", ns=ns)
+
+
+@require_POST
+@role_required("oncall")
+def rollback(request: HttpRequest, ns: str) -> HttpResponse:
+    try:
+        done = stages.rollback(
+            principal=acting(request),
+            namespace=ns,
+            to_stage=request.POST.get("to_stage", ""),
+            reason=request.POST.get("reason", "").strip() or "rollback from the console",
+            force=bool(request.POST.get("force")),
+        )
+        if done.finished_at:
+            messages.success(request, f"Rolled back to {done.to_stage}. Claims stay paused until resumed.")
+        else:
+            messages.warning(
+                request, "Rollback started: fenced, waiting for the drain (see its progress below)."
+            )
+    except ClaimError as exc:
+        report(request, exc)
+    return redirect("console:rollout", ns=ns)
+
+
+@require_POST
+@role_required("oncall")
+def fence(request: HttpRequest, ns: str) -> HttpResponse:
+    """Reason required and the namespace's name typed to confirm; runs the fence job (with its self-check)."""
+    reason = request.POST.get("reason", "").strip()
+    if not reason:
+        messages.error(request, "A fence needs a reason.")
+    elif request.POST.get("confirm", "").strip() != ns:
+        messages.error(request, f"Type the namespace's name ({ns}) to confirm the fence.")
+    else:
+        principal = acting(request)
+        result = fence_epoch.delay(ns, reason, principal.name)
+        messages.success(
+            request,
+            f"Fence requested (job {result.id}). The new epoch and the self-check appear below "
+            "when the job finishes.",
+        )
+    return redirect("console:rollout", ns=ns)
+
+
+@require_POST
+@role_required("oncall")
+def resume(request: HttpRequest, ns: str) -> HttpResponse:
+    try:
+        services.namespace_resume(principal=acting(request), namespace=ns, reason="resumed from the console")
+        messages.success(request, "Claims resumed.")
+    except ClaimError as exc:
+        report(request, exc)
+    return redirect("console:rollout", ns=ns)
+
+
+@role_required("viewer")
+def mismatches(request: HttpRequest, ns: str) -> HttpResponse:
+    namespace = get_object_or_404(Namespace, name=ns)
+    rows = Mismatch.objects.filter(namespace=ns)
+    reason, status = request.GET.get("reason", ""), request.GET.get("status", "")
+    if reason:
+        rows = rows.filter(reason=reason)
+    if status:
+        rows = rows.filter(status=status)
+    grouped = (
+        Mismatch.objects.filter(namespace=ns)
+        .values("reason")
+        .annotate(
+            total=Count("id"),
+            open=Count("id", filter=Q(status=MismatchStatus.OPEN)),
+            bug=Count("id", filter=Q(status=MismatchStatus.BUG)),
+        )
+        .order_by("-total")
+    )
+    now = clock.now()
+    hours = Counter(
+        int((now - at).total_seconds() // 3600)
+        for at in Mismatch.objects.filter(namespace=ns, at__gte=now - timedelta(hours=24)).values_list(
+            "at", flat=True
+        )
+    )
+    series = [(f"{h}h ago", hours.get(h, 0)) for h in range(23, -1, -1)]
+    return render(
+        request,
+        "rollout/mismatches.html",
+        _ctx(
+            request,
+            ns=namespace,
+            rows=rows.order_by("-at")[:200],
+            grouped=grouped,
+            reason=reason,
+            status=status,
+            reasons=[choice for choice, _ in Mismatch._meta.get_field("reason").choices],
+            chart=bar_chart(series, unit=" mismatches"),
+        ),
+    )
+
+
+@role_required("viewer")
+def mismatch_detail(request: HttpRequest, mismatch_id: int) -> HttpResponse:
+    mismatch = get_object_or_404(Mismatch, pk=mismatch_id)
+    return render(
+        request,
+        "rollout/mismatch.html",
+        _ctx(
+            request,
+            m=mismatch,
+            legacy_events=LegacyEvent.objects.filter(task_id=mismatch.task_id).order_by("at", "id"),
+            legacy_row=LegacyClaim.objects.filter(pk=mismatch.task_id).first(),
+            v1_events=TaskEvent.objects.filter(task_id=mismatch.task_id).order_by("id"),
+            task=Task.objects.filter(pk=mismatch.task_id).first(),
+        ),
+    )
+
+
+@require_POST
+@role_required("operator")
+def mismatch_mark(request: HttpRequest, mismatch_id: int) -> HttpResponse:
+    try:
+        mismatch = mismatch_review(
+            principal=acting(request),
+            mismatch_id=mismatch_id,
+            status=request.POST.get("status", ""),
+            note=request.POST.get("note", ""),
+        )
+        messages.success(request, f"Mismatch {mismatch.pk} marked {mismatch.status}.")
+        if request.POST.get("rule"):
+            explain_rule_create(
+                principal=acting(request),
+                namespace=mismatch.namespace,
+                reason=mismatch.reason,
+                note=request.POST.get("note", ""),
+            )
+            messages.success(request, f"Future {mismatch.reason} mismatches will be marked EXPLAINED.")
+    except ClaimError as exc:
+        report(request, exc)
+    return redirect("console:mismatch", mismatch_id=mismatch_id)
+
+
+@role_required("viewer")
+def pools(request: HttpRequest) -> HttpResponse:
+    now = clock.now()
+    held = Counter(
+        Task.objects.filter(state=TaskState.CLAIMED, lease_expires_at__gt=now).values_list(
+            "owner_id", flat=True
+        )
+    )
+    rows = [
+        {
+            "reg": reg,
+            "held": held.get(reg.principal, 0),
+            "stale": reg.last_heartbeat < now - timedelta(seconds=60),
+        }
+        for reg in WorkerRegistration.objects.order_by("pool", "principal")
+    ]
+    return render(request, "rollout/pools.html", _ctx(request, rows=rows))
+
+
+@role_required("viewer")
+def glance(request: HttpRequest) -> HttpResponse:
+    """Claim rate, fenced commits, reclaim latency and ready→commit p95 over the last hour, from the timeline."""
+    now = clock.now()
+    since = now - timedelta(hours=1)
+    events = TaskEvent.objects.filter(at__gte=since)
+
+    def per_minute(kinds=None, **filters):
+        rows = events.filter(**filters)
+        if kinds:
+            rows = rows.filter(kind__in=kinds)
+        counts = Counter(int((now - at).total_seconds() // 60) for at in rows.values_list("at", flat=True))
+        return [(f"{m} min ago", counts.get(m, 0)) for m in range(59, -1, -1)]
+
+    claims_series = per_minute([EventKind.CLAIMED, EventKind.RECLAIMED])
+    fenced_commits = per_minute(kind=EventKind.FENCED, point="commit")
+    reclaims = []
+    for event in events.filter(kind=EventKind.RECLAIMED).only("at", "detail"):
+        previous = event.detail.get("previous") or {}
+        if previous.get("ended") == "lease_expired":
+            reclaims.append((event.at - datetime.fromisoformat(previous["lease_expires_at"])).total_seconds())
+    commits = sorted(
+        (at - created).total_seconds()
+        for at, created in events.filter(kind=EventKind.RESULT_COMMITTED).values_list(
+            "at", "task__created_at"
+        )
+    )
+    p95 = commits[int(0.95 * (len(commits) - 1))] if commits else None
+    return render(
+        request,
+        "rollout/glance.html",
+        _ctx(
+            request,
+            claims_chart=bar_chart(claims_series, unit=" claims"),
+            claims_total=sum(v for _, v in claims_series),
+            fenced_chart=bar_chart(fenced_commits, unit=" fenced commits"),
+            fenced_total=sum(v for _, v in fenced_commits),
+            reclaim_chart=bar_chart(
+                [(f"reclaim {i + 1}", v) for i, v in enumerate(reclaims[-60:])], unit=" s"
+            ),
+            reclaim_max=max(reclaims) if reclaims else None,
+            ready_p95=p95,
+            commits=len(commits),
+            unknown=Effect.objects.filter(state=EffectState.UNKNOWN).count(),
+            stage_order=Stage.values,
+        ),
+    )
