@@ -26,7 +26,10 @@ run: migrate
 	  worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
 	  $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
+# Browser tests need Debian's chromium; scripts/install-browser.sh installs it when it can (root), otherwise those
+# tests are skipped with a message saying so.
 test: $(BIN)/.installed
+	-@scripts/install-browser.sh
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 

@@ -122,6 +122,7 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
+DATETIME_FORMAT = "Y-m-d H:i:s T"  # the console shows seconds: leases are short
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"

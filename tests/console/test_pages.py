@@ -85,3 +85,20 @@ def test_effects_are_approved_and_reconciled_from_the_backlog(ui_operator, opera
     effect = Effect.objects.get(pk=key)
     assert effect.approved_by == "ui:operator-user"
     assert AuditEntry.objects.filter(action="effect_approve", principal="ui:operator-user").exists()
+
+
+def test_the_admin_shows_append_only_records_read_only(ready_task, operator):
+    from claims.models import TaskEvent
+
+    admin_user = get_user_model().objects.create_superuser("root-admin", "a@example.com", "pw-123456")
+    client = Client()
+    client.force_login(admin_user)
+    event = TaskEvent.objects.first()
+
+    listing = client.get("/admin/claims/taskevent/")
+    change = client.post(f"/admin/claims/taskevent/{event.pk}/change/", {"principal": "forged"})
+    delete = client.post(f"/admin/claims/taskevent/{event.pk}/delete/", {"post": "yes"})
+
+    assert listing.status_code == 200
+    assert change.status_code == 403 and delete.status_code == 403
+    assert TaskEvent.objects.get(pk=event.pk).principal != "forged"
