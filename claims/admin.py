@@ -38,8 +38,17 @@ class EffectEventAdmin(ReadOnlyAdmin):
 
 
 # Records the services own: visible, never edited by hand (an edit here would skip every check).
-for model in (models.Namespace, models.Task, models.Attempt, models.StagedResult, models.Effect,
-              models.DispatchIntent, models.ResourceKey, models.Resource, models.Principal):
+for model in (
+    models.Namespace,
+    models.Task,
+    models.Attempt,
+    models.StagedResult,
+    models.Effect,
+    models.DispatchIntent,
+    models.ResourceKey,
+    models.Resource,
+    models.Principal,
+):
     admin.site.register(model, ReadOnlyAdmin)
 
 

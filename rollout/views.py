@@ -31,6 +31,7 @@ from claims.ui import acting, bar_chart, report, role_required
 from . import selectors, stages
 from .models import (
     DrainSnapshot,
+    GateEvaluation,
     LegacyClaim,
     LegacyEvent,
     Mismatch,
@@ -84,6 +85,11 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         "rollback": Rollback.objects.filter(namespace=ns.name).order_by("-started_at").first(),
         "fence_checks": fence_checks,
         "changes": StageChange.objects.filter(namespace=ns.name).order_by("-at")[:10],
+        "last_gates": [
+            GateEvaluation.objects.filter(namespace=ns.name, move=f"{a} → {b}").order_by("-at").first()
+            or {"move": f"{a} → {b}", "never": True}
+            for a, b in zip(order, order[1:], strict=False)
+        ],
     }
 
 

@@ -23,8 +23,15 @@ def browser():
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM,
             headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
-                  "--disable-background-networking", "--disable-component-update"],
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-sync",
+                "--disable-background-networking",
+                "--disable-component-update",
+            ],
         )
         yield browser
         browser.close()

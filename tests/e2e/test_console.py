@@ -73,7 +73,9 @@ def test_log_in_and_walk_a_namespace_through_every_stage(page, live_server, worl
 
     # SHADOW → V1_READS: one compared operation is enough here.
     task_id = operator.create(namespace="payments").json()["task_id"]
-    old.client.post(f"/api/legacy/tasks/{task_id}/claim", {"owner_id": old.name, "ttl_seconds": 30}, format="json")
+    old.client.post(
+        f"/api/legacy/tasks/{task_id}/claim", {"owner_id": old.name, "ttl_seconds": 30}, format="json"
+    )
     assert "Advanced to V1_READS" in advance_in_ui(page, live_server, "payments", "V1_READS")
 
     # V1_READS → V1_WRITES: every acceptance point validated.
@@ -134,15 +136,20 @@ def test_an_oncall_fences_by_keyboard_and_sees_the_new_epoch(page, live_server, 
     assert page.locator("#paused").inner_text() == "PAUSED"
     assert "old-epoch commit refused: FENCED (EPOCH)" in page.locator("#fence-checks").inner_text()
     shot(page, "08-fenced")
-    assert AuditEntry.objects.filter(action="epoch_fence", principal="ui:oscar", reason="incident 42: stale workers").exists()
+    assert AuditEntry.objects.filter(
+        action="epoch_fence", principal="ui:oscar", reason="incident 42: stale workers"
+    ).exists()
 
 
-def test_a_reviewer_explains_a_mismatch_from_its_side_by_side_timelines(page, live_server, world, shot, db_clock):
+def test_a_reviewer_explains_a_mismatch_from_its_side_by_side_timelines(
+    page, live_server, world, shot, db_clock
+):
     operator, old, new = world["operator"], world["legacy"], world["v1"]
     operator.post("/namespaces", {"name": "ledger", "stage": "SHADOW"})
     task_id = operator.create(namespace="ledger", node_id="settle").json()["task_id"]
     legacy = lambda actor, op, **b: actor.client.post(  # noqa: E731
-        f"/api/legacy/tasks/{task_id}/{op}", {"owner_id": actor.name, **b}, format="json")
+        f"/api/legacy/tasks/{task_id}/{op}", {"owner_id": actor.name, **b}, format="json"
+    )
     legacy(old, "claim", ttl_seconds=5)
     db_clock.travel(6)
     claim = new.claim(task_id).json()
@@ -156,7 +163,9 @@ def test_a_reviewer_explains_a_mismatch_from_its_side_by_side_timelines(page, li
     page.get_by_role("link", name=str(mismatch.pk), exact=True).click()
     assert "STALE_COMMIT_ACCEPTED" in page.locator("h1").inner_text()
     assert "complete via legacy by legacy-w: COMPLETED" in page.locator(".side-by-side").inner_text()
-    page.get_by_label("Note (required to explain)").fill("legacy last-write-wins; claim.v1 kept the v1 winner")
+    page.get_by_label("Note (required to explain)").fill(
+        "legacy last-write-wins; claim.v1 kept the v1 winner"
+    )
     shot(page, "10-mismatch-drilldown")
     page.get_by_role("button", name="Mark explained").click()
 
