@@ -103,7 +103,7 @@ class TaskListCreateApi(APIView):
     @extend_schema(
         operation_id="task_list",
         parameters=[s.TaskListQuery],
-        responses={200: s.TaskOut(many=True), **_errors(400, 401)},
+        responses={200: s.TaskPage, **_errors(400, 401)},
         description="Tasks, oldest first. The frontier is `state=READY`.",
     )
     def get(self, request: Request) -> Response:
@@ -125,7 +125,7 @@ class TaskEventsApi(APIView):
 
     @extend_schema(
         operation_id="task_events",
-        responses={200: s.EventOut(many=True), **_errors(401, 404)},
+        responses={200: s.EventPage, **_errors(401, 404)},
         description="The task's timeline, oldest first. Never secrets or payloads.",
     )
     def get(self, request: Request, task_id: str) -> Response:
@@ -310,7 +310,7 @@ class NamespaceListCreateApi(APIView):
         namespace = services.namespace_create(principal=request.user, **data)
         return Response(namespace_body(namespace), status=201)
 
-    @extend_schema(operation_id="namespace_list", responses={200: s.NamespaceOut(many=True), **_errors(401)})
+    @extend_schema(operation_id="namespace_list", responses={200: s.NamespacePage, **_errors(401)})
     def get(self, request: Request) -> Response:
         return _paginated(self, request, selectors.namespace_list(), namespace_body)
 

@@ -478,3 +478,22 @@ class ResourceOut(serializers.Serializer):
     revision = serializers.IntegerField()
     fence_token = serializers.IntegerField()
     holder = serializers.DictField(allow_null=True, required=False)
+
+
+def paginated(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
+    """The schema of a DRF-paginated list: ``{count, next, previous, results: [item]}``."""
+    return type(
+        name,
+        (serializers.Serializer,),
+        {
+            "count": serializers.IntegerField(),
+            "next": serializers.URLField(allow_null=True),
+            "previous": serializers.URLField(allow_null=True),
+            "results": item(many=True),
+        },
+    )
+
+
+TaskPage = paginated(TaskOut, "TaskPage")
+EventPage = paginated(EventOut, "EventPage")
+NamespacePage = paginated(NamespaceOut, "NamespacePage")

@@ -143,7 +143,7 @@ class MismatchListApi(APIView):
     @extend_schema(
         operation_id="mismatch_list",
         parameters=[s.MismatchQuery],
-        responses={200: s.MismatchOut(many=True), **_errors(400, 401, 404)},
+        responses={200: s.MismatchPage, **_errors(400, 401, 404)},
     )
     def get(self, request: Request, ns: str) -> Response:
         stages._namespace(ns)

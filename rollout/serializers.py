@@ -3,7 +3,14 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from claims.digest import digest
-from claims.serializers import DigestField, JSONValueField, StrictSerializer, identifier, lease_seconds
+from claims.serializers import (
+    DigestField,
+    JSONValueField,
+    StrictSerializer,
+    identifier,
+    lease_seconds,
+    paginated,
+)
 
 
 class LegacyClaimIn(StrictSerializer):
@@ -95,3 +102,6 @@ class MismatchOut(serializers.Serializer):
     note = serializers.CharField()
     reviewed_by = serializers.CharField()
     at = serializers.DateTimeField()
+
+
+MismatchPage = paginated(MismatchOut, "MismatchPage")
