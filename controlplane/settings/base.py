@@ -142,6 +142,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "claims.pagination.Pagination",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "claims.errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["claims.throttling.PrincipalRateThrottle"],
     "UNAUTHENTICATED_USER": None,
 }
 
@@ -166,6 +167,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
 }
+
+# Requests per principal (DRF rate syntax: N/s, N/min, N/hour); empty disables the limit.
+API_RATE_LIMIT = env_str("API_RATE_LIMIT", "6000/min")
 
 # --- claim.v1 -------------------------------------------------------------------------------------
 LEASE_MIN_SECONDS = env_int("LEASE_MIN_SECONDS", 1, minimum=1)
