@@ -15,9 +15,12 @@ from django.db import connection
 from django.utils import timezone
 
 _offset = timedelta(0)
+_frozen: datetime | None = None  # tests only: a clock that moves only when travel() moves it
 
 
 def now() -> datetime:
+    if _frozen is not None:
+        return _frozen + _offset
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT statement_timestamp()")
@@ -29,6 +32,8 @@ def now() -> datetime:
 
 def from_db(value: datetime | None) -> datetime:
     """A clock reading taken by a statement (``statement_timestamp()``), or None on SQLite; offset applied."""
+    if _frozen is not None:
+        return _frozen + _offset
     return (value if value is not None else timezone.now()) + _offset
 
 
@@ -42,6 +47,16 @@ def travel(seconds: float) -> None:
     _offset += timedelta(seconds=seconds)
 
 
+def freeze() -> None:
+    """Stop the clock at the current time; only travel() moves it (tests that compare against a model)."""
+    global _frozen
+    _frozen = timezone.now()
+
+
 def reset() -> None:
-    global _offset
+    global _offset, _frozen
     _offset = timedelta(0)
+    _frozen = None
+
+
+_frozen: datetime | None = None  # tests only: a clock that moves only when travel() moves it

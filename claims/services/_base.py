@@ -12,7 +12,6 @@ from types import TracebackType
 from typing import Any
 
 from django.db import connection, transaction
-from django.utils import timezone
 
 from .. import clock
 from ..errors import Conflict, NotFound
@@ -58,14 +57,13 @@ def hold_namespace(*, name: str | None = None, task_id: str | None = None) -> Na
         row = cursor.fetchone()
     if row is None:
         raise NotFound("no such task" if task_id is not None else f"no such namespace: {name}")
-    db_now = row[5] if row[5] is not None else timezone.now()
     return NamespaceHold(
         id=row[0],
         name=row[1],
         scheduler_epoch=row[2],
         claims_paused=bool(row[3]),
         stage=row[4],
-        now=db_now + clock.offset(),
+        now=clock.from_db(row[5]),
     )
 
 
