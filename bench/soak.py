@@ -53,30 +53,51 @@ def worker(index: int, namespace: str, seconds: float, per_worker_rate: float, q
             time.sleep(next_at - now)
         next_at += interval
         started = time.perf_counter()
-        grant = core.task_claim_next(principal=principal, owner_id=principal.name, scheduler_epoch=1, ttl_seconds=60,
-                                     namespace=namespace)
+        grant = core.task_claim_next(
+            principal=principal,
+            owner_id=principal.name,
+            scheduler_epoch=1,
+            ttl_seconds=60,
+            namespace=namespace,
+        )
         if grant is None:
             break
         result = {"t": grant.task.task_id}
-        core.result_stage(principal=principal, task_id=grant.task.task_id, attempt_id=grant.attempt_id,
-                          claim_generation=grant.task.claim_generation, result=result, result_digest=digest(result))
-        core.task_commit(principal=principal, task_id=grant.task.task_id, attempt_id=grant.attempt_id,
-                         scheduler_epoch=1, claim_generation=grant.task.claim_generation,
-                         observed_cancel_generation=0, input_digest=grant.task.input_digest,
-                         result_digest=digest(result))
+        core.result_stage(
+            principal=principal,
+            task_id=grant.task.task_id,
+            attempt_id=grant.attempt_id,
+            claim_generation=grant.task.claim_generation,
+            result=result,
+            result_digest=digest(result),
+        )
+        core.task_commit(
+            principal=principal,
+            task_id=grant.task.task_id,
+            attempt_id=grant.attempt_id,
+            scheduler_epoch=1,
+            claim_generation=grant.task.claim_generation,
+            observed_cancel_generation=0,
+            input_digest=grant.task.input_digest,
+            result_digest=digest(result),
+        )
         samples.append((time.time(), time.perf_counter() - started))
     queue.put(samples)
 
 
 def table_stats(cursor) -> dict:
-    cursor.execute("SELECT n_dead_tup, n_live_tup, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
-                   "WHERE relname = 'claims_task'")
+    cursor.execute(
+        "SELECT n_dead_tup, n_live_tup, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+        "WHERE relname = 'claims_task'"
+    )
     dead, live, upd, hot = cursor.fetchone()
     return {"dead_tuples": dead, "live_tuples": live, "updates": upd, "hot_updates": hot}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--rate", type=float, default=150.0, help="target cycles/s in total")
     parser.add_argument("--seconds", type=float, default=120.0)
@@ -98,8 +119,10 @@ def main() -> None:
     connections.close_all()
     ctx = mp.get_context("fork")
     queue: mp.Queue = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(i, namespace, args.seconds, args.rate / args.workers, queue))
-             for i in range(args.workers)]
+    procs = [
+        ctx.Process(target=worker, args=(i, namespace, args.seconds, args.rate / args.workers, queue))
+        for i in range(args.workers)
+    ]
     started = time.time()
     for proc in procs:
         proc.start()
@@ -112,10 +135,17 @@ def main() -> None:
             stats = table_stats(cursor)
             upd = stats["updates"] - before["updates"]
             hot = stats["hot_updates"] - before["hot_updates"]
-            reports.append({"t": round(time.time() - started, 1), **stats,
-                            "hot_ratio": round(hot / upd, 3) if upd else None})
-            print(f"t={reports[-1]['t']:>6}s dead={stats['dead_tuples']:>7} hot_ratio={reports[-1]['hot_ratio']}",
-                  flush=True)
+            reports.append(
+                {
+                    "t": round(time.time() - started, 1),
+                    **stats,
+                    "hot_ratio": round(hot / upd, 3) if upd else None,
+                }
+            )
+            print(
+                f"t={reports[-1]['t']:>6}s dead={stats['dead_tuples']:>7} hot_ratio={reports[-1]['hot_ratio']}",
+                flush=True,
+            )
     samples = [s for _ in procs for s in queue.get(timeout=60)]
     for proc in procs:
         proc.join(10)
@@ -123,8 +153,13 @@ def main() -> None:
     for index, report in enumerate(reports):
         low = reports[index - 1]["t"] if index else 0
         in_window = [lat for at, lat in samples if low <= at - started < report["t"]]
-        windows.append({**report, "cycles_per_s": round(len(in_window) / (report["t"] - low), 1),
-                        "p95_ms": round(percentile(in_window, 95) * 1000, 1) if in_window else None})
+        windows.append(
+            {
+                **report,
+                "cycles_per_s": round(len(in_window) / (report["t"] - low), 1),
+                "p95_ms": round(percentile(in_window, 95) * 1000, 1) if in_window else None,
+            }
+        )
     out = ROOT / "bench" / "results" / f"soak-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), "windows": windows}, indent=2))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import InterfaceError, OperationalError
 from django.http import Http404
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
@@ -203,6 +204,14 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return Response({"outcome": "INVALID", "errors": {"body": [str(exc.detail)]}}, status=415)
     if isinstance(exc, drf.NotAcceptable):
         return Response({"outcome": "NOT_ACCEPTABLE", "detail": str(exc.detail)}, status=406)
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        # The database is unreachable (restarting, failing over, connections terminated): nothing was decided,
+        # so the client may retry. A 503, not a 500 — and never a partial decision: the transaction rolled back.
+        response = Response(
+            {"outcome": "UNAVAILABLE", "detail": "the database is unavailable; retry"}, status=503
+        )
+        response["Retry-After"] = "1"
+        return response
     if isinstance(exc, drf.Throttled):
         return Response({"outcome": "THROTTLED", "detail": str(exc.detail)}, status=429)
     return None
