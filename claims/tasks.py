@@ -7,7 +7,7 @@ from django.db import DatabaseError, transaction
 
 from .locks import singleton
 from .services import leases_reap
-from .services.dispatch import dispatch_deliver
+from .services.dispatch import dispatch_deliver, dispatch_stuck
 
 
 @shared_task(
@@ -32,3 +32,12 @@ def reap_expired_leases() -> dict:
             return {"skipped": "another run holds the lock"}
         with transaction.atomic(durable=True):
             return {"reaped": leases_reap()}
+
+
+@shared_task(name="claims.redeliver_dispatches")
+def redeliver_dispatches() -> dict:
+    """Periodic: re-enqueue deliveries a dead worker or a lost message left unfinished (same key)."""
+    stuck = dispatch_stuck()
+    for dispatch_id in stuck:
+        deliver_dispatch.delay(dispatch_id)
+    return {"redelivered": len(stuck)}

@@ -144,3 +144,18 @@ def dispatch_deliver(*, dispatch_id: str) -> Delivery:
     outcome = _apply(intent, state, status_code, error)
     logger.info("dispatch %s delivered: %s (reply %s)", dispatch_id, outcome, status_code)
     return Delivery(dispatch_id, sent=True, outcome=outcome, status_code=status_code)
+
+
+def dispatch_stuck(*, older_than_seconds: int | None = None) -> list[str]:
+    """Intents whose delivery never finished: PENDING past the resend window (the enqueue was lost) or SENDING
+    past it (the deliverer died mid-send). The ``redeliver_dispatches`` job sends each again — under the same
+    Idempotency-Key, so a target that already acted recognises the repeat."""
+    window = timedelta(seconds=older_than_seconds or settings.DISPATCH_RESEND_AFTER_SECONDS)
+    cutoff = clock.now() - window
+    return [
+        str(pk)
+        for pk in DispatchIntent.objects.filter(
+            Q(state=DispatchState.PENDING, created_at__lt=cutoff)
+            | Q(state=DispatchState.SENDING, sending_at__lt=cutoff)
+        ).values_list("pk", flat=True)[:500]
+    ]

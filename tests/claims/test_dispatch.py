@@ -232,3 +232,25 @@ def test_a13_cancel_recorded_before_dispatch_refuses_it(operator, ready_task, ef
     assert cancel_box["value"].status_code == 200
     assert dispatch_box["value"].status_code == 409 and dispatch_box["value"].json()["outcome"] == "CANCELLED"
     assert not DispatchIntent.objects.exists() and effect_target.count() == 0
+
+
+def test_a_delivery_whose_worker_died_mid_send_is_sent_again_under_the_same_key(
+    worker_a, claim_a, effect_target, db_clock
+):
+    from claims.models import DispatchIntent as Intent
+    from claims.tasks import redeliver_dispatches
+
+    key = _prepare(worker_a, claim_a)
+    dispatch_id = worker_a.dispatch(claim_a, key, {"service": "api"}, effect_target.url).json()["dispatch_id"]
+    # A worker took it and died before recording the reply (it had already reached the target once).
+    Intent.objects.filter(pk=dispatch_id).update(state="SENDING", sending_at=db_clock.now())
+    effect_target.calls[key].append({"payload": {"service": "api"}, "generation": "1", "fences": []})
+    assert redeliver_dispatches.delay().get() == {"redelivered": 0}  # not stuck yet
+    db_clock.travel(121)
+
+    result = redeliver_dispatches.delay().get()
+
+    assert result == {"redelivered": 1}
+    assert Effect.objects.get(pk=key).state == "COMMITTED"
+    assert list(effect_target.calls) == [key] and effect_target.count(key) == 2  # the same key, both times
+    assert Intent.objects.get(pk=dispatch_id).deliveries == 1
