@@ -102,8 +102,3 @@ def effect_approve(request: HttpRequest, effect_id: str) -> HttpResponse:
     except ClaimError as exc:
         report(request, exc)
     return redirect("console:effects")
-
-
-def effect_detail_redirect(request: HttpRequest, effect_id: str) -> HttpResponse:
-    effect = get_object_or_404(Effect, pk=effect_id)
-    return redirect("console:task", task_id=effect.task_id)

@@ -15,7 +15,6 @@ from typing import Any
 from django.db import transaction
 
 from claims import clock, services
-from claims.digest import digest
 from claims.errors import ClaimError, Conflict, Forbidden, NotFound
 from claims.models import Attempt, Namespace, Principal, Stage, Task, TaskState
 
@@ -406,10 +405,6 @@ def legacy_operation(
         v1=v1,
     )
     return LegacyAnswer(verdict, mismatch)
-
-
-def legacy_digest(result: Any) -> str:
-    return digest(result)
 
 
 # --- the claim.v1 API, routed by stage -------------------------------------------------------------------

@@ -12,6 +12,8 @@ Lock order everywhere: task row (with its namespace, ``hold_task``), then the ef
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,24 +134,49 @@ def _task_event(
     )
 
 
-def _effect_point(
-    principal: Principal,
-    task_id: str,
-    attempt_id: Any,
-    claim_generation: int | None,
-    scheduler_epoch: int | None,
-    owner_id: str | None,
-) -> RejectionLog:
-    """Every worker call on an effect is a request at the `effect` acceptance point."""
-    return RejectionLog(
+@dataclass(frozen=True)
+class _Request:
+    """Who is asking, as which attempt: what every worker call on an effect names."""
+
+    principal: Principal
+    attempt_id: Any
+    claim_generation: int | None
+    scheduler_epoch: int | None
+    owner_id: str | None
+
+    def authorise(self, task: Task, ns: NamespaceHold) -> None:
+        effect_authority(
+            task,
+            ns,
+            self.principal,
+            attempt_id=self.attempt_id,
+            claim_generation=self.claim_generation,
+            scheduler_epoch=self.scheduler_epoch,
+            owner_id=self.owner_id,
+        )
+
+
+@contextmanager
+def _at_effect_point(
+    request: _Request, task_id: str, *, authorise: bool
+) -> Iterator[tuple[NamespaceHold, Task]]:
+    """One effect call: a request at the `effect` acceptance point (a refusal is logged as a `fenced` event), in
+    one transaction holding the task row and its namespace; authorised first unless the caller decides when."""
+    log = RejectionLog(
         AcceptancePoint.EFFECT,
-        principal=principal,
+        principal=request.principal,
         task_id=task_id,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
+        attempt_id=request.attempt_id,
+        claim_generation=request.claim_generation,
+        scheduler_epoch=request.scheduler_epoch,
+        owner_id=request.owner_id,
     )
+    with log, transaction.atomic(durable=True):
+        ns, task = hold_task(task_id)
+        log.namespace_id = ns.id
+        if authorise:
+            request.authorise(task, ns)
+        yield ns, task
 
 
 def effect_authority(
@@ -212,19 +239,8 @@ def effect_prepare(
     ALREADY_COMMITTED (make no call), or — after a definite FAILED — PREPARED again under the same key.
     A NON_REPLAYABLE task's effect answers APPROVAL_REQUIRED (202) until an operator approves it.
     """
-    log = _effect_point(principal, task_id, attempt_id, claim_generation, scheduler_epoch, owner_id)
-    with log, transaction.atomic(durable=True):
-        ns, task = hold_task(task_id)
-        log.namespace_id = ns.id
-        effect_authority(
-            task,
-            ns,
-            principal,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            scheduler_epoch=scheduler_epoch,
-            owner_id=owner_id,
-        )
+    request = _Request(principal, attempt_id, claim_generation, scheduler_epoch, owner_id)
+    with _at_effect_point(request, task_id, authorise=True) as (ns, task):
         eid = make_effect_id(task.task_id, task.node_id, effect_slot)
         effect = _lock_effect(eid)
         created = effect is None
@@ -354,10 +370,8 @@ def effect_record_outcome(
     FAILED). Allowed from PREPARED or UNKNOWN. An outcome is a report, so the attempt that prepared or dispatched
     the effect may report even after it was fenced; any other attempt needs full authority."""
     task_id = _task_of(effect_id)
-    log = _effect_point(principal, task_id, attempt_id, claim_generation, scheduler_epoch, owner_id)
-    with log, transaction.atomic(durable=True):
-        ns, task = hold_task(task_id)
-        log.namespace_id = ns.id
+    request = _Request(principal, attempt_id, claim_generation, scheduler_epoch, owner_id)
+    with _at_effect_point(request, task_id, authorise=False) as (ns, task):
         effect = _lock_effect(effect_id)
         if owner_id != principal.owner_id:
             raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
@@ -367,15 +381,7 @@ def effect_record_outcome(
         if attempt_owner is not None and attempt_owner != principal.owner_id:
             raise Forbidden(f"attempt {attempt_id} is not {principal.owner_id!r}'s")
         if attempt_owner is None or not _took_part(effect, attempt_id):
-            effect_authority(
-                task,
-                ns,
-                principal,
-                attempt_id=attempt_id,
-                claim_generation=claim_generation,
-                scheduler_epoch=scheduler_epoch,
-                owner_id=owner_id,
-            )
+            request.authorise(task, ns)
         if effect.state not in _OUTCOME_FROM:
             raise InvalidTransition(
                 f"an outcome cannot follow {effect.state}", current=effect_current(effect)
@@ -418,21 +424,11 @@ def effect_reconcile(
     current attempt (a worker, with full authority) or by an operator, audited — how the drain's UNKNOWN backlog
     is cleared when no attempt is live."""
     task_id = _task_of(effect_id)
-    log = _effect_point(principal, task_id, attempt_id, claim_generation, scheduler_epoch, owner_id)
-    with log, transaction.atomic(durable=True):
-        ns, task = hold_task(task_id)
-        log.namespace_id = ns.id
+    request = _Request(principal, attempt_id, claim_generation, scheduler_epoch, owner_id)
+    with _at_effect_point(request, task_id, authorise=False) as (ns, task):
         effect = _lock_effect(effect_id)
         if principal.role == Role.WORKER:
-            effect_authority(
-                task,
-                ns,
-                principal,
-                attempt_id=attempt_id,
-                claim_generation=claim_generation,
-                scheduler_epoch=scheduler_epoch,
-                owner_id=owner_id,
-            )
+            request.authorise(task, ns)
         if effect.state != E.UNKNOWN:
             raise NotUnknown(
                 f"only an UNKNOWN effect is reconciled; this one is {effect.state}",
@@ -531,19 +527,8 @@ def effect_dispatch(
     (STALE_INPUT, RESOURCE).
     """
     task_id = _task_of(effect_id)
-    log = _effect_point(principal, task_id, attempt_id, claim_generation, scheduler_epoch, owner_id)
-    with log, transaction.atomic(durable=True):
-        ns, task = hold_task(task_id)
-        log.namespace_id = ns.id
-        effect_authority(
-            task,
-            ns,
-            principal,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            scheduler_epoch=scheduler_epoch,
-            owner_id=owner_id,
-        )
+    request = _Request(principal, attempt_id, claim_generation, scheduler_epoch, owner_id)
+    with _at_effect_point(request, task_id, authorise=True) as (ns, task):
         effect = _lock_effect(effect_id)
         in_flight = DispatchIntent.objects.filter(
             effect=effect, state__in=[DispatchState.PENDING, DispatchState.SENDING]
