@@ -342,9 +342,9 @@ def legacy_operation(
     """Serve a legacy-API request (claim, heartbeat, release, complete) as the namespace's stage says:
     LEGACY — the legacy store only; SHADOW/V1_READS — legacy decides, claim.v1 judges the mirror, both are
     compared; V1_WRITES/V1_ONLY — refused: old binaries may not return (PROTOCOL_TOO_OLD)."""
+    ns = namespace_of(task_id)  # 404 before the owner's 403 (claim-v1.md §2)
     if owner_id != principal.owner_id:
         raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
-    ns = namespace_of(task_id)
     _refuse_refused_worker(principal, ns)
     if ns.stage in V1_DECIDES:
         raise ProtocolTooOld(
@@ -469,9 +469,9 @@ def routed_v1(
     shadow; the verdicts are compared; the answer carries legacy's verdict, the shadow attempt's claim.v1 fields
     (null where claim.v1 refused), ``decided_by: "legacy"`` and ``shadow: {verdict, reason, mismatch_id}``.
     """
+    ns = namespace_of(task_id)  # 404 before the owner's 403 (claim-v1.md §2)
     if owner_id != principal.owner_id:
         raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
-    ns = namespace_of(task_id)
     _refuse_refused_worker(principal, ns)
     if ns.stage == Stage.V1_ONLY or _epoch_rule_first(
         ns, scheduler_epoch=scheduler_epoch, attempt_id=attempt_id

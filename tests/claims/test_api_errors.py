@@ -346,3 +346,14 @@ def test_the_console_asks_for_a_login_first(anonymous):
 
     assert response.status_code == 302 and response["Location"].startswith("/login")
     assert anonymous.get("/login").status_code == 200
+
+
+def test_an_unknown_task_is_404_even_when_the_owner_id_is_not_the_callers(worker_a):
+    as_other = worker_a.post(
+        "/tasks/no-such-task/claim", {"owner_id": "worker-b", "scheduler_epoch": 1, "ttl_seconds": 30}
+    )
+    legacy = worker_a.client.post(
+        "/api/legacy/tasks/no-such-task/claim", {"owner_id": "worker-b", "ttl_seconds": 30}, format="json"
+    )
+
+    assert as_other.status_code == 404 and legacy.status_code == 404  # 404 comes before the owner's 403
