@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 
 from . import clock
 from .errors import NotFound
-from .models import Effect, EffectState, Namespace, StagedResult, Task, TaskEvent, TaskState
+from .models import AuditEntry, Effect, EffectState, Namespace, StagedResult, Task, TaskEvent, TaskState
 
 
 def task_get(*, task_id: str) -> Task:
@@ -38,6 +38,13 @@ def namespace_get(*, name: str) -> Namespace:
     if namespace is None:
         raise NotFound(f"no such namespace: {name}")
     return namespace
+
+
+def fence_epoch_of(fence_id: Any) -> int | None:
+    """The epoch the fence ``fence_id`` started (``services.epoch_fence(fence_id=…)``), or None if it has not
+    happened yet."""
+    entry = AuditEntry.objects.filter(action="epoch_fence", target=f"fence:{fence_id}").first()
+    return entry.detail["scheduler_epoch"] if entry else None
 
 
 def namespace_list() -> QuerySet[Namespace]:

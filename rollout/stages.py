@@ -293,32 +293,37 @@ def advance_rollback(
     snapshot = drain_snapshot(namespace=running.namespace)
     if not snapshot.clean and not force:
         return running
+    forced = force and not snapshot.clean
+    # The stage moves first, then the rollback is marked done: a run killed in between leaves a running rollback
+    # whose stage has already moved, and the next run (the job, every 15 s) finishes it. The other order could
+    # leave a rollback marked DONE with the stage never moved back.
+    if _namespace(running.namespace).stage != running.to_stage:
+        services.namespace_set_stage(
+            principal=principal,
+            namespace=running.namespace,
+            stage=running.to_stage,
+            reason=f"rollback{' (forced: ' + reason + ')' if forced else ''}",
+        )
     with transaction.atomic(durable=True):
         locked = Rollback.objects.select_for_update().get(pk=rollback_id)
         if locked.finished_at is not None:
             return locked
-        locked.step, locked.finished_at, locked.forced = "DONE", clock.now(), force and not snapshot.clean
+        locked.step, locked.finished_at, locked.forced = "DONE", clock.now(), forced
         locked.save(update_fields=["step", "finished_at", "forced"])
-    services.namespace_set_stage(
-        principal=principal,
-        namespace=running.namespace,
-        stage=running.to_stage,
-        reason=f"rollback{' (forced: ' + reason + ')' if locked.forced else ''}",
-    )
-    StageChange.objects.create(
-        namespace=running.namespace,
-        from_stage=running.from_stage,
-        to_stage=running.to_stage,
-        principal=principal.name if principal else "system",
-        reason=running.reason,
-        override=locked.forced,
-        figures={
-            "drain": {
-                "active_leases": snapshot.active_leases,
-                "unknown_effects": snapshot.unknown_effects,
-                "awaiting_commit": snapshot.awaiting_commit,
-            }
-        },
-        at=clock.now(),
-    )
+        StageChange.objects.create(
+            namespace=running.namespace,
+            from_stage=running.from_stage,
+            to_stage=running.to_stage,
+            principal=principal.name if principal else "system",
+            reason=running.reason,
+            override=forced,
+            figures={
+                "drain": {
+                    "active_leases": snapshot.active_leases,
+                    "unknown_effects": snapshot.unknown_effects,
+                    "awaiting_commit": snapshot.awaiting_commit,
+                }
+            },
+            at=locked.finished_at,
+        )
     return locked

@@ -11,11 +11,11 @@ from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
+from kombu.exceptions import OperationalError
 
 from claims import clock, services
 from claims.errors import ClaimError
 from claims.models import (
-    AuditEntry,
     Effect,
     EffectState,
     EventKind,
@@ -28,9 +28,10 @@ from claims.models import (
 from claims.services.principals import ui_role
 from claims.ui import acting, bar_chart, report, role_required
 
-from . import selectors, stages
+from . import fences, selectors, stages
 from .models import (
     DrainSnapshot,
+    FenceRequest,
     GateEvaluation,
     LegacyClaim,
     LegacyEvent,
@@ -73,7 +74,7 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         label: DrainSnapshot.objects.filter(namespace=ns.name, pool=pool).order_by("-taken_at").first()
         for label, pool in (("legacy pool", "legacy"), ("whole namespace", ""))
     }
-    fence_checks = AuditEntry.objects.filter(namespace=ns.name, action="fence_self_check").order_by("-at")[:3]
+    fences = FenceRequest.objects.filter(namespace=ns.name).order_by("-requested_at")[:5]
     return {
         "ns": ns,
         "steps": steps,
@@ -83,7 +84,7 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         "coverage": selectors.coverage(ns),
         "drains": drains,
         "rollback": Rollback.objects.filter(namespace=ns.name).order_by("-started_at").first(),
-        "fence_checks": fence_checks,
+        "fences": fences,
         "changes": StageChange.objects.filter(namespace=ns.name).order_by("-at")[:10],
         "last_gates": [
             GateEvaluation.objects.filter(namespace=ns.name, move=f"{a} → {b}").order_by("-at").first()
@@ -153,13 +154,25 @@ def fence(request: HttpRequest, ns: str) -> HttpResponse:
     elif request.POST.get("confirm", "").strip() != ns:
         messages.error(request, f"Type the namespace's name ({ns}) to confirm the fence.")
     else:
-        principal = acting(request)
-        result = fence_epoch.delay(ns, reason, principal.name)
-        messages.success(
-            request,
-            f"Fence requested (job {result.id}). The new epoch and the self-check appear below "
-            "when the job finishes.",
-        )
+        try:
+            requested = fences.fence_request(principal=acting(request), namespace=ns, reason=reason)
+        except ClaimError as exc:
+            report(request, exc)
+            return redirect("console:rollout", ns=ns)
+        try:
+            fence_epoch.delay(ns, reason, requested.principal, str(requested.fence_id))
+            messages.success(
+                request,
+                "Fence requested. The new epoch and the self-check appear under Fences when its job finishes.",
+            )
+        except (
+            OperationalError
+        ):  # the broker: the request is kept, and resend_fences sends it when it is back
+            messages.warning(
+                request,
+                "Fence recorded, but the job queue is unreachable: it runs when the queue is back. To fence now, "
+                f"run `python manage.py fence {ns} --reason … --as <oncall>` on a server.",
+            )
     return redirect("console:rollout", ns=ns)
 
 

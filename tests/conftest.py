@@ -8,6 +8,7 @@ contract: ``worker_a.claim(task)``, ``worker_b.commit(task, claim, result)``.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -338,51 +339,71 @@ def _redis_broker() -> str | None:
     return url
 
 
+class CeleryWorkers:
+    """Real ``celery worker`` processes on the Redis broker, against the test database: start several, kill one
+    with SIGKILL mid-job, start another. Each writes its output to a file (``log()``), never to a pipe that could
+    fill and stall it."""
+
+    def __init__(self, broker: str, log_dir: Path):
+        db = connection.settings_dict
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "controlplane.settings.test",
+            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+            "CELERY_BROKER_URL": broker,
+            "CELERY_TASK_ALWAYS_EAGER": "false",
+        }
+        self.log_dir = log_dir
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, **env: str) -> subprocess.Popen:
+        log = open(self.log_dir / f"celery-{len(self.procs)}.log", "w")  # noqa: SIM115 - closed by the process
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", "solo"]
+            + ["--loglevel", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=ROOT,
+            env={**self.env, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def kill(self, proc: subprocess.Popen) -> None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    def log(self) -> str:
+        return "\n".join(path.read_text() for path in sorted(self.log_dir.glob("celery-*.log")))
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
 @pytest.fixture
-def celery_worker_process():
+def celery_workers(tmp_path) -> Iterator[CeleryWorkers]:
     broker = _redis_broker()
     if broker is None:
         pytest.skip("needs a reachable Redis in CELERY_BROKER_URL (redis://…); .ci/run sets one")
-    db = connection.settings_dict
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings.test",
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
-        "CELERY_BROKER_URL": broker,
-        "CELERY_TASK_ALWAYS_EAGER": "false",
-    }
     _celery_app().connection_for_write().default_channel.client.flushdb()  # no jobs left from earlier runs
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "controlplane",
-            "worker",
-            "--pool",
-            "solo",
-            "--loglevel",
-            "INFO",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    workers = CeleryWorkers(broker, tmp_path)
     previous = _celery_app().conf.task_always_eager
     _celery_app().conf.task_always_eager = False
-    yield worker
+    yield workers
     _celery_app().conf.task_always_eager = previous
-    worker.terminate()
-    try:
-        worker.wait(10)
-    except subprocess.TimeoutExpired:
-        worker.kill()
+    workers.stop_all()
+
+
+@pytest.fixture
+def celery_worker_process(celery_workers) -> subprocess.Popen:
+    return celery_workers.start()
 
 
 def wait_for(predicate, seconds: float = 30.0) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.db import IntegrityError, transaction
 
 from .. import clock
@@ -9,6 +11,7 @@ from ..errors import NamespaceExists
 from ..models import (
     Attempt,
     AttemptEnd,
+    AuditEntry,
     EventKind,
     Namespace,
     Principal,
@@ -46,9 +49,15 @@ def namespace_create(
     return namespace
 
 
-def epoch_fence(*, principal: Principal, namespace: str, reason: str) -> Namespace:
+def epoch_fence(
+    *, principal: Principal, namespace: str, reason: str, fence_id: uuid.UUID | None = None
+) -> Namespace:
     """Stop new claims and bump the epoch: every attempt granted before this moment is fenced at every
     acceptance point, whatever epoch it later sends.
+
+    ``fence_id`` makes the fence idempotent: a job that died after the fence committed and runs again with the
+    same id finds the fence recorded (under the namespace row lock, so two runs at once cannot both bump) and
+    changes nothing. ``selectors.fence_epoch_of(fence_id)`` tells which epoch that fence started.
 
     1. UPDATE the namespace row: pause, epoch + 1. The row lock waits for every decision in flight (they hold
        it FOR SHARE), so none lands under the old epoch after this commits.
@@ -59,6 +68,11 @@ def epoch_fence(*, principal: Principal, namespace: str, reason: str) -> Namespa
     with transaction.atomic(durable=True):
         ns = hold_namespace(name=namespace)
         row = Namespace.objects.select_for_update(no_key=True).get(pk=ns.id)
+        if (
+            fence_id is not None
+            and AuditEntry.objects.filter(action="epoch_fence", target=f"fence:{fence_id}").exists()
+        ):
+            return row
         row.scheduler_epoch += 1
         row.claims_paused = True
         row.updated_at = ns.now
@@ -93,6 +107,7 @@ def epoch_fence(*, principal: Principal, namespace: str, reason: str) -> Namespa
             action="epoch_fence",
             at=ns.now,
             namespace=namespace,
+            target=f"fence:{fence_id}" if fence_id else "",
             reason=reason,
             detail={"scheduler_epoch": row.scheduler_epoch, "fenced_attempts": len(live)},
         )

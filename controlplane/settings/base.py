@@ -189,6 +189,9 @@ ROLLOUT_MIN_COVERAGE_SAMPLES = env_int("ROLLOUT_MIN_COVERAGE_SAMPLES", 100, mini
 DRAIN_INTERVAL_SECONDS = env_int("DRAIN_INTERVAL_SECONDS", 15, minimum=1)
 WORKER_STALE_SECONDS = env_int("WORKER_STALE_SECONDS", 60, minimum=1)
 ROLLOUT_LEGACY_STORE = env_str("ROLLOUT_LEGACY_STORE", "rollout.legacy.DjangoLegacyStore")
+# A fence request whose job has not finished this long (its worker died, or its message was lost) is sent again
+# by `resend_fences`; the fence itself is applied once whatever the number of runs.
+FENCE_RESEND_AFTER_SECONDS = env_int("FENCE_RESEND_AFTER_SECONDS", 30, minimum=1)
 
 # --- the dispatch gateway (claim-v1.md §6) ------------------------------------------------------------
 # Hosts a dispatch may target (exact host names or IPs); anything else is a 400. Empty: no dispatch allowed.
@@ -196,3 +199,10 @@ DISPATCH_ALLOWED_HOSTS = env_list("DISPATCH_ALLOWED_HOSTS", [])
 DISPATCH_TIMEOUT_SECONDS = env_int("DISPATCH_TIMEOUT_SECONDS", 10, minimum=1, maximum=300)
 # A delivery taken but silent this long (its runner died) may be taken again, under the same key.
 DISPATCH_RESEND_AFTER_SECONDS = env_int("DISPATCH_RESEND_AFTER_SECONDS", 120, minimum=1)
+if DISPATCH_RESEND_AFTER_SECONDS <= 3 * DISPATCH_TIMEOUT_SECONDS:
+    # The first sender must have given up (connect, write and read each bounded by the timeout) before a second
+    # takes the delivery, or the two could both be talking to the target when the first reply is applied.
+    raise ImproperlyConfigured(
+        "DISPATCH_RESEND_AFTER_SECONDS must be more than 3 × DISPATCH_TIMEOUT_SECONDS "
+        f"({DISPATCH_RESEND_AFTER_SECONDS} ≤ 3 × {DISPATCH_TIMEOUT_SECONDS})"
+    )

@@ -29,6 +29,7 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
     "reap-expired-leases": {"task": "claims.reap_expired_leases", "schedule": 10.0},
     "redeliver-dispatches": {"task": "claims.redeliver_dispatches", "schedule": 30.0},
+    "resend-fences": {"task": "rollout.resend_fences", "schedule": 15.0},
     "drain-check": {"task": "rollout.drain_check", "schedule": 15.0},
     "coverage-check": {"task": "rollout.coverage_check", "schedule": 60.0},
     "compare-shadow": {"task": "rollout.compare_shadow", "schedule": 60.0},

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from . import *  # noqa: F401,F403
 from .base import DATABASES, INSTALLED_APPS
-from .env import env_bool, env_list
+from .env import env_bool, env_int, env_list
 
 # A downstream receiver's guard table (claims/receiver.py), for its tests.
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.receiver.apps.ReceiverConfig"]
 # Jobs run inline unless a test drives a real worker; the effect target the tests start listens on 127.0.0.1.
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", True)
 DISPATCH_ALLOWED_HOSTS = env_list("DISPATCH_ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
-DISPATCH_TIMEOUT_SECONDS = 2
+DISPATCH_TIMEOUT_SECONDS = env_int("DISPATCH_TIMEOUT_SECONDS", 2, minimum=1)
 # Tests share principal names across cases; the rate-limit test turns the limit on for itself.
 API_RATE_LIMIT = ""
 

@@ -14,7 +14,7 @@ from tests.conftest import make_actor, wait_for
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_real_worker_delivers_the_intent_once_even_when_the_job_is_sent_twice(
-    operator, effect_target, celery_worker_process
+    operator, effect_target, celery_workers, celery_worker_process
 ):
     assert settings.DISPATCH_ALLOWED_HOSTS
     worker = make_actor("dispatching-worker", "worker")
@@ -27,7 +27,7 @@ def test_a_real_worker_delivers_the_intent_once_even_when_the_job_is_sent_twice(
 
     delivered = wait_for(lambda: Effect.objects.get(pk=key).state == "COMMITTED")
     wait_for(lambda: False, seconds=1.0)  # give the duplicate its chance to misbehave
-    assert delivered, celery_worker_process.stdout.read() if celery_worker_process.poll() is not None else ""
+    assert delivered, celery_workers.log()
     assert effect_target.count(key) == 1 and effect_target.count() == 1
     intent = DispatchIntent.objects.get()
     assert (intent.state, intent.outcome, intent.deliveries) == ("DELIVERED", "COMMITTED", 1)

@@ -131,10 +131,10 @@ def test_an_oncall_fences_by_keyboard_and_sees_the_new_epoch(page, live_server, 
     page.keyboard.press("Tab")
     page.keyboard.press("Enter")
 
-    page.wait_for_selector("#fence-checks")
+    page.wait_for_selector("#fences")
     assert page.locator("#epoch").inner_text() == "2"
     assert page.locator("#paused").inner_text() == "PAUSED"
-    assert "old-epoch commit refused: FENCED (EPOCH)" in page.locator("#fence-checks").inner_text()
+    assert "old-epoch commit refused: FENCED (EPOCH)" in page.locator("#fences").inner_text()
     shot(page, "08-fenced")
     assert AuditEntry.objects.filter(
         action="epoch_fence", principal="ui:oscar", reason="incident 42: stale workers"

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from claims.models import AuditEntry, Namespace, TaskEvent
+from claims.errors import Forbidden, NotFound
+from claims.models import AuditEntry, Namespace, Principal, TaskEvent
 from claims.tasks import reap_expired_leases
+from rollout import fences
 from rollout import tasks as jobs
-from rollout.models import DrainSnapshot, LegacyClaim, Mismatch
+from rollout.models import DrainSnapshot, FenceRequest, LegacyClaim, Mismatch
 from tests.conftest import make_actor, wait_for
 
 
@@ -20,6 +22,33 @@ def test_fence_epoch_fences_and_proves_an_old_epoch_commit_is_refused(operator, 
     assert (namespace.scheduler_epoch, namespace.claims_paused) == (2, True)
     check = AuditEntry.objects.get(action="fence_self_check")
     assert check.detail["ok"] is True and check.principal == "oscar-oncall"
+
+
+def test_a_fence_request_left_unfinished_is_sent_again_and_fences_once(oncall, ready_task, db_clock):
+    request = fences.fence_request(
+        principal=Principal.objects.get(name=oncall.name), namespace="default", reason="x"
+    )
+    # Its job never ran (a lost message, a dead worker): nothing happens before the resend window.
+    assert jobs.resend_fences.delay().get() == {"resent": 0}
+    db_clock.travel(31)
+
+    assert jobs.resend_fences.delay().get() == {"resent": 1}
+    assert jobs.resend_fences.delay().get() == {"resent": 0}
+    jobs.fence_epoch.delay("default", "x", oncall.name, str(request.pk)).get()  # a duplicate message
+
+    done = FenceRequest.objects.get()
+    assert (done.status, done.scheduler_epoch, done.runs) == ("CHECKED", 2, 1)
+    assert Namespace.objects.get(name="default").scheduler_epoch == 2
+
+
+def test_a_fence_request_is_oncalls_and_names_a_namespace(operator, oncall):
+    with pytest.raises(Forbidden):
+        fences.fence_request(
+            principal=Principal.objects.get(name=operator.name), namespace="default", reason="x"
+        )
+    with pytest.raises(NotFound):
+        fences.fence_request(principal=Principal.objects.get(name=oncall.name), namespace="nope", reason="x")
+    assert not FenceRequest.objects.exists()
 
 
 def test_reap_records_lease_expiry_once(worker_a, ready_task, db_clock):

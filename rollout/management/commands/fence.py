@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from claims.errors import ClaimError
 from claims.models import Role
-from rollout.jobs import fence_with_self_check
+from rollout.fences import fence_now
 
 from ._common import fail, principal, show
 
@@ -22,9 +22,10 @@ class Command(BaseCommand):
     def handle(self, *args, namespace: str, reason: str, principal: str, **options):
         who = principal_or_fail(principal)
         try:
-            show(self.stdout, fence_with_self_check(namespace=namespace, reason=reason, principal=who))
+            done = fence_now(principal=who, namespace=namespace, reason=reason)
         except ClaimError as exc:
             raise fail(exc) from None
+        show(self.stdout, done.summary())
 
 
 def principal_or_fail(name: str):

@@ -1,0 +1,123 @@
+"""On-call's epoch fences as durable requests: recorded first, then run by the ``fence_epoch`` job, and sent again
+(``resend_fences``) while unfinished — so a job worker killed before, during or after the fence neither loses the
+fence nor applies it twice.
+
+A run: (1) the fence, idempotent on the request's id (claims' ``epoch_fence(fence_id=…)``: pause, epoch + 1,
+every earlier attempt fenced); (2) the self-check — a commit carrying the old epoch must come back FENCED (EPOCH);
+(3) the verdict recorded on the request and in the audit log, in one transaction. Two runs of one request at once:
+the second finds the request's advisory lock taken and leaves it to the first.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+
+from claims import clock, selectors, services
+from claims.errors import Fenced, Forbidden, NotFound
+from claims.locks import singleton
+from claims.models import Namespace, Principal, Role, Task, TaskState
+from claims.services._base import audit
+
+from .models import FenceRequest
+
+
+def fence_request(*, principal: Principal, namespace: str, reason: str) -> FenceRequest:
+    """Record an on-call's fence request; the caller then enqueues ``fence_epoch`` with its id."""
+    if principal.role != Role.ONCALL:
+        raise Forbidden("an epoch fence is oncall's")
+    if not Namespace.objects.filter(name=namespace).exists():
+        raise NotFound(f"no such namespace: {namespace}")
+    with transaction.atomic(durable=True):
+        now = clock.now()
+        request = FenceRequest.objects.create(
+            namespace=namespace, reason=reason, principal=principal.name, requested_at=now
+        )
+        audit(
+            principal=principal,
+            action="fence_requested",
+            at=now,
+            namespace=namespace,
+            target=f"fence:{request.fence_id}",
+            reason=reason,
+        )
+    return request
+
+
+def fence_run(*, fence_id: uuid.UUID | str) -> FenceRequest:
+    """Apply the fence (once, whatever the number of runs) and check it. Returns the request as it stands."""
+    with singleton(f"fence:{fence_id}") as got:
+        request = FenceRequest.objects.get(pk=fence_id)
+        if not got or request.finished_at is not None:
+            return request
+        FenceRequest.objects.filter(pk=fence_id).update(runs=F("runs") + 1)
+        principal = Principal.objects.get(name=request.principal)
+        services.epoch_fence(
+            principal=principal, namespace=request.namespace, reason=request.reason, fence_id=request.pk
+        )
+        epoch = selectors.fence_epoch_of(request.pk)
+        FenceRequest.objects.filter(pk=fence_id).update(scheduler_epoch=epoch)
+        check = _self_check(namespace=request.namespace, old_epoch=epoch - 1)
+        with transaction.atomic(durable=True):
+            now = clock.now()
+            locked = FenceRequest.objects.select_for_update().get(pk=fence_id)
+            if locked.finished_at is None:
+                locked.scheduler_epoch, locked.self_check, locked.finished_at = epoch, check, now
+                locked.save(update_fields=["scheduler_epoch", "self_check", "finished_at"])
+                audit(
+                    principal=principal,
+                    action="fence_self_check",
+                    at=now,
+                    namespace=request.namespace,
+                    target=f"fence:{request.pk}",
+                    reason=request.reason,
+                    detail={"scheduler_epoch": epoch, **check},
+                )
+        return locked
+
+
+def fence_now(*, principal: Principal, namespace: str, reason: str) -> FenceRequest:
+    """Request and run at once (the ``fence`` command, and ``fence_epoch`` called without a request)."""
+    return fence_run(fence_id=fence_request(principal=principal, namespace=namespace, reason=reason).pk)
+
+
+def fences_unfinished(*, older_than_seconds: int | None = None) -> list[FenceRequest]:
+    """Requests whose job has not finished within ``FENCE_RESEND_AFTER_SECONDS``: its worker died or its message
+    was lost. ``resend_fences`` sends each again."""
+    window = timedelta(seconds=older_than_seconds or settings.FENCE_RESEND_AFTER_SECONDS)
+    return list(
+        FenceRequest.objects.filter(finished_at__isnull=True, requested_at__lt=clock.now() - window).order_by(
+            "requested_at"
+        )[:100]
+    )
+
+
+def _self_check(*, namespace: str, old_epoch: int) -> dict[str, Any]:
+    """A commit carrying the old epoch (on the namespace's oldest task) must be refused with FENCED (EPOCH)."""
+    probe = Task.objects.filter(namespace__name=namespace).order_by("created_at").first()
+    if probe is None:
+        return {"ok": True, "detail": "no task to probe: nothing could commit under the old epoch"}
+    checker, _ = Principal.objects.get_or_create(
+        name="system:fence-self-check", defaults={"role": Role.ONCALL, "created_at": clock.now()}
+    )
+    try:
+        services.task_commit(
+            principal=checker,
+            task_id=probe.task_id,
+            attempt_id=uuid.uuid4(),
+            scheduler_epoch=old_epoch,
+            claim_generation=probe.claim_generation,
+            observed_cancel_generation=probe.cancel_generation,
+            input_digest=probe.input_digest,
+            result_digest="sha256:" + "0" * 64,
+        )
+        return {"ok": False, "detail": "an old-epoch commit was accepted"}
+    except Fenced as exc:
+        return {"ok": exc.reason == "EPOCH", "detail": f"old-epoch commit refused: FENCED ({exc.reason})"}
+    except Exception as exc:  # noqa: BLE001 - reported, not raised: the fence itself stands
+        return {"ok": probe.state == TaskState.COMMITTED, "detail": f"probe answered {exc!r}"}
