@@ -14,12 +14,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from rest_framework.test import APIClient
 
 from claims import clock, interleave
@@ -277,6 +278,26 @@ def run_in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, An
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     return thread, box
+
+
+@contextmanager
+def row_locked(sql: str, params: list):
+    """Hold ``sql``'s row lock (… FOR UPDATE) on another connection until the block ends."""
+    locked, release = threading.Event(), threading.Event()
+
+    def hold():
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            locked.set()
+            release.wait(60)
+
+    thread, box = run_in_thread(hold)
+    assert locked.wait(10), box
+    try:
+        yield
+    finally:
+        release.set()
+        thread.join(10)
 
 
 class Pause:

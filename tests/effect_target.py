@@ -1,10 +1,16 @@
 """A real HTTP effect target for the tests: it records every call per Idempotency-Key, and can be told to
 misbehave the ways real targets do — act and then drop the reply, act slowly past the caller's timeout, fail
-with a 5xx, refuse with a 4xx. Tests assert its call counts: "zero second external calls" is counted here."""
+with a 5xx, refuse with a 4xx. Tests assert its call counts: "zero second external calls" is counted here.
+
+For the chaos runs it can also drop a random share of replies after acting (``drop_rate``), delay some paths
+(``delays``), and fence direct calls on ``X-Claim-Generation`` (``fence_paths``): a call carrying an older
+generation than one already acted on for its key is refused with 409 and does not act (kept in ``refused``).
+Every call records when it arrived (``at``, wall clock)."""
 
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from collections import defaultdict
@@ -17,6 +23,11 @@ class EffectTarget:
         self.calls: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.mode = "ok"  # ok | drop_reply | slow | error | refuse
         self.slow_seconds = 3.0
+        self.drop_rate = 0.0
+        self.delays: dict[str, float] = {}
+        self.fence_paths: set[str] = set()
+        self.refused: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self._rng = random.Random(7)
         self._lock = threading.Lock()
         target = self
 
@@ -35,16 +46,30 @@ class EffectTarget:
                 length = int(self.headers.get("Content-Length", 0))
                 payload = json.loads(self.rfile.read(length) or b"null")
                 key = self.headers.get("Idempotency-Key", "")
+                generation = self.headers.get("X-Claim-Generation")
+                call = {
+                    "payload": payload,
+                    "generation": generation,
+                    "fences": self.headers.get_all("X-Fence-Token") or [],
+                    "path": self.path,
+                    "at": time.time(),
+                }
                 with target._lock:
-                    first = not target.calls.get(key)
-                    target.calls[key].append(
-                        {
-                            "payload": payload,
-                            "generation": self.headers.get("X-Claim-Generation"),
-                            "fences": self.headers.get_all("X-Fence-Token") or [],
-                        }
-                    )
+                    acted = [int(c["generation"] or 0) for c in target.calls.get(key, [])]
+                    if self.path in target.fence_paths and acted and int(generation or 0) < max(acted):
+                        target.refused[key].append(call)
+                        stale = True
+                    else:
+                        stale = False
+                        first = not target.calls.get(key)
+                        target.calls[key].append(call)
                     mode = target.mode
+                    if mode == "ok" and target.drop_rate and target._rng.random() < target.drop_rate:
+                        mode = "drop_reply"
+                if stale:
+                    self._reply(409, json.dumps({"error": "stale claim generation"}))
+                    return
+                time.sleep(target.delays.get(self.path, 0))
                 if mode == "drop_reply":
                     self.close_connection = True  # acted, but the caller never hears back
                     return
@@ -59,11 +84,14 @@ class EffectTarget:
 
             def _reply(self, status: int, body: str) -> None:
                 data = body.encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the caller went away (killed mid-call): the target has acted all the same
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -30,8 +32,12 @@ import pytest
 from django.db import connection
 
 from claims.digest import digest
-from claims.models import StagedResult, Task
-from tests.conftest import ensure_default_namespace, make_actor
+from claims.models import DispatchIntent, Effect, EffectEvent, Namespace, Principal, StagedResult, Task
+from claims.tasks import redeliver_dispatches
+from rollout import fences
+from rollout.models import DrainSnapshot, FenceRequest, Rollback
+from rollout.tasks import advance_rollback, fence_epoch, resend_fences
+from tests.conftest import ensure_default_namespace, make_actor, row_locked, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SECONDS = float(os.environ.get("CHAOS_SECONDS", "8"))
@@ -43,8 +49,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def server():
+@contextmanager
+def running_server(**extra_env: str) -> Iterator[str]:
+    """``manage.py runserver`` in its own process on the test database; yields its URL."""
     db = connection.settings_dict
     port = _free_port()
     env = {
@@ -53,14 +60,14 @@ def server():
         "DEBUG": "false",
         "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
         "DATABASE_CONN_MAX_AGE": "60",
+        **extra_env,
     }
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     for _ in range(100):
@@ -69,9 +76,31 @@ def server():
             break
         except httpx.HTTPError:
             time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(10)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    with running_server() as url:
+        yield url
+
+
+def spawn_workers(
+    url: str, workers: list, logs: list[Path], *extra: str, seconds: float = SECONDS
+) -> list[subprocess.Popen]:
+    """One chaos worker process per actor, each logging its history to its own file, for ``seconds``."""
+    return [
+        subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "chaos" / "worker.py"), url, w.token, w.name, "chaos"]
+            + [str(log), str(seconds), *extra],
+            cwd=ROOT,
+        )
+        for w, log in zip(workers, logs, strict=True)
+    ]
 
 
 def _history(paths: list[Path]) -> list[dict]:
@@ -143,22 +172,7 @@ def test_invariants_hold_over_a_history_with_pauses_kills_terminated_connections
     ]
     workers = [make_actor(f"chaos-w{i}", "worker") for i in range(4)]
     logs = [tmp_path / f"{w.name}.jsonl" for w in workers]
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(ROOT / "tests" / "chaos" / "worker.py"),
-                server,
-                w.token,
-                w.name,
-                "chaos",
-                str(log),
-                str(SECONDS),
-            ],
-            cwd=ROOT,
-        )
-        for w, log in zip(workers, logs, strict=True)
-    ]
+    procs = spawn_workers(server, workers, logs)
     faults: list[str] = []
     time.sleep(SECONDS * 0.15)
     os.kill(procs[0].pid, signal.SIGSTOP)  # paused past its 2-second lease
@@ -218,22 +232,7 @@ def test_nothing_acknowledged_is_lost_when_postgres_restarts_under_load(server, 
         operator.create(namespace="chaos", node_id="n", input={"i": i})
     workers = [make_actor(f"chaos-w{i}", "worker") for i in range(3)]
     logs = [tmp_path / f"{w.name}.jsonl" for w in workers]
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(ROOT / "tests" / "chaos" / "worker.py"),
-                server,
-                w.token,
-                w.name,
-                "chaos",
-                str(log),
-                str(SECONDS),
-            ],
-            cwd=ROOT,
-        )
-        for w, log in zip(workers, logs, strict=True)
-    ]
+    procs = spawn_workers(server, workers, logs)
     time.sleep(SECONDS * 0.3)
     _pg_restart()
     connection.close()  # this test's own session died with the server; reconnect for the checks
@@ -249,3 +248,151 @@ def test_nothing_acknowledged_is_lost_when_postgres_restarts_under_load(server, 
     print(
         f"\nRESTART {len(history)} operations, {errors} failed during the restart, all acknowledged commits kept"
     )
+
+
+def check_effects(target, *, namespace: str = "chaos") -> dict[str, int]:
+    """At most one COMMITTED per effect_id, and no call acted on at the target after it; a COMMITTED effect was
+    really called; nothing the target did is recorded FAILED. Returns the figures."""
+    figures = defaultdict(int)
+    for effect in Effect.objects.filter(namespace__name=namespace):
+        figures["effects"] += 1
+        figures[f"effects_{effect.state.lower()}"] += 1
+        committed = list(EffectEvent.objects.filter(effect=effect, to_state="COMMITTED"))
+        assert len(committed) <= 1, (effect.effect_id, committed)
+        calls = target.calls.get(effect.effect_id, [])
+        figures["target_calls"] += len(calls)
+        figures["refused_stale_generation"] += len(target.refused.get(effect.effect_id, []))
+        figures["keys_called_more_than_once"] += len(calls) > 1
+        if committed:
+            at = committed[0].at.timestamp()
+            assert calls, f"{effect.effect_id} is COMMITTED but the target never acted"
+            assert all(c["at"] < at for c in calls), (
+                f"a call at the target after {effect.effect_id} COMMITTED"
+            )
+        assert effect.state != "FAILED" or not calls, f"{effect.effect_id} acted on but recorded FAILED"
+    reconciled = EffectEvent.objects.filter(effect__namespace__name=namespace, kind="reconciled")
+    figures["reconciled_by_workers"] = reconciled.filter(principal__startswith="chaos-w").count()
+    figures["reconciled_by_oncall"] = reconciled.exclude(principal__startswith="chaos-w").count()
+    return dict(figures)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_invariants_hold_with_effects_lost_replies_killed_job_workers_a_fence_job_and_a_rollback(
+    tmp_path, effect_target, celery_workers
+):
+    """Scenario 2: a third of the tasks make a direct side effect (the target drops a quarter of its replies after
+    acting and fences direct calls on the claim generation), a third dispatch theirs through the gateway (the
+    control plane's Celery worker delivers them). Mid-run: the Celery worker is SIGKILLed while it delivers, a
+    chaos worker is paused past its lease, an epoch fence runs as the fence_epoch job and its Celery worker is
+    SIGKILLed mid-job (resend_fences finishes it on a fresh worker), and the namespace is rolled back
+    V1_ONLY → V1_WRITES (fence, drain with on-call reconciling UNKNOWN effects by asking the target, stage back,
+    resume) — all while the chaos workers keep going."""
+    jobs_env = {
+        "DISPATCH_TIMEOUT_SECONDS": "2",
+        "DISPATCH_RESEND_AFTER_SECONDS": "7",
+        "FENCE_RESEND_AFTER_SECONDS": "1",
+    }
+    ensure_default_namespace()
+    operator, oncall = make_actor("chaos-op", "operator"), make_actor("chaos-oncall", "oncall")
+    operator.post("/namespaces", {"name": "chaos"})
+    kinds = ("plain", "effect", "dispatch")
+    for i in range(150):
+        operator.create(namespace="chaos", node_id=f"n{i % 3}", input={"i": i, "kind": kinds[i % 3]})
+    effect_target.drop_rate, effect_target.delays = 0.25, {"/notify": 0.3}
+    effect_target.fence_paths = {"/charge"}
+    celery = celery_workers.start(**jobs_env)
+    workers = [make_actor(f"chaos-w{i}", "worker") for i in range(4)]
+    logs = [tmp_path / f"{w.name}.jsonl" for w in workers]
+    faults: list[str] = []
+    with running_server(CELERY_TASK_ALWAYS_EAGER="false") as url:
+        # Twice the time of scenario 1: the fence and the rollback pause claims for a while.
+        procs = spawn_workers(url, workers, logs, effect_target.url, seconds=SECONDS * 2)
+
+        # The Celery worker killed while it delivers a dispatch; a fresh one takes over.
+        assert wait_for(lambda: DispatchIntent.objects.filter(state="SENDING").exists(), seconds=SECONDS)
+        celery_workers.kill(celery)
+        faults.append("SIGKILL the Celery worker during deliver_dispatch")
+        celery = celery_workers.start(**jobs_env)
+
+        os.kill(procs[0].pid, signal.SIGSTOP)  # past its 2-second lease
+        time.sleep(2.5)
+        os.kill(procs[0].pid, signal.SIGCONT)
+        faults.append("SIGSTOP chaos-w0 for 2.5 s")
+
+        # An epoch fence through its job; the Celery worker killed as soon as the job starts.
+        epoch_before = Namespace.objects.get(name="chaos").scheduler_epoch
+        request = fences.fence_request(
+            principal=Principal.objects.get(name=oncall.name), namespace="chaos", reason="chaos"
+        )
+        # Held on the namespace row, the job's fence cannot commit: the kill lands inside its transaction.
+        with row_locked("SELECT 1 FROM claims_namespace WHERE name = %s FOR UPDATE", ["chaos"]):
+            fence_epoch.delay("chaos", "chaos", oncall.name, str(request.pk))
+            assert wait_for(lambda: FenceRequest.objects.get(pk=request.pk).runs >= 1)
+            time.sleep(0.2)
+            celery_workers.kill(celery)
+        at_kill = FenceRequest.objects.get(pk=request.pk).status
+        faults.append(f"SIGKILL the Celery worker during fence_epoch (the request was {at_kill})")
+        celery = celery_workers.start(**jobs_env)
+        assert wait_for(lambda: resend_fences.delay() and _finished(request.pk), seconds=30), (
+            celery_workers.log()
+        )
+        fenced = FenceRequest.objects.get(pk=request.pk)
+        assert fenced.scheduler_epoch == epoch_before + 1 and fenced.self_check["ok"], fenced.summary()
+        assert Namespace.objects.get(name="chaos").scheduler_epoch == epoch_before + 1  # fenced once
+        oncall.post("/namespaces/chaos/resume", {})
+        faults.append(
+            f"fence via the job: epoch {epoch_before} → {fenced.scheduler_epoch}, {fenced.runs} runs"
+        )
+
+        time.sleep(SECONDS * 0.1)
+        # Rollback V1_ONLY → V1_WRITES mid-run: fence, drain (on-call reconciles UNKNOWN effects), stage back.
+        started = oncall.post(
+            "/namespaces/chaos/rollout/rollback", {"to_stage": "V1_WRITES", "reason": "chaos"}
+        )
+        assert started.status_code in (200, 202), started.content
+
+        def drained_and_rolled_back() -> bool:
+            # On-call's drill: reconcile what is UNKNOWN by asking the target, let the job take a snapshot.
+            for effect in Effect.objects.filter(namespace__name="chaos", state="UNKNOWN"):
+                occurred = bool(effect_target.calls.get(effect.effect_id))
+                oncall.reconcile(None, effect.effect_id, "OCCURRED" if occurred else "NOT_OCCURRED")
+            advance_rollback.delay()
+            time.sleep(0.5)
+            return not Rollback.objects.filter(namespace="chaos", finished_at__isnull=True).exists()
+
+        assert wait_for(drained_and_rolled_back, seconds=30), list(
+            DrainSnapshot.objects.filter(namespace="chaos").order_by("-taken_at").values()[:1]
+        )
+        oncall.post("/namespaces/chaos/resume", {})
+        faults.append(f"rollback V1_ONLY → V1_WRITES ({started.json()['outcome']}, then finished by the job)")
+
+        for proc in procs:
+            proc.wait(SECONDS * 2 + 60)
+        # Every dispatch ends delivered or skipped: the dead worker's deliveries are sent again under their key.
+        assert wait_for(lambda: redeliver_dispatches.delay() and _deliveries_done(), seconds=40), (
+            celery_workers.log()
+        )
+
+    history = check_invariants(logs)
+    effects = check_effects(effect_target)
+    assert effects["reconciled_by_workers"] >= 1, effects  # the lost-reply path really ran
+    assert Namespace.objects.get(name="chaos").stage == "V1_WRITES"
+    outcomes = defaultdict(int)
+    for e in history:
+        outcomes[f"{e['op']}:{e['outcome']}"] += 1
+    deliveries = DispatchIntent.objects.filter(effect__namespace__name="chaos")
+    print(
+        f"\nCHAOS-FX {len(history)} operations, faults: {faults}\noutcomes: {dict(outcomes)}\neffects: {effects}\n"
+        f"dispatch intents: {deliveries.count()}, resent: {deliveries.filter(deliveries__gt=1).count()}"
+    )
+
+
+def _finished(fence_id) -> bool:
+    time.sleep(0.5)
+    return FenceRequest.objects.get(pk=fence_id).finished_at is not None
+
+
+def _deliveries_done() -> bool:
+    time.sleep(1.0)
+    return not DispatchIntent.objects.filter(state__in=["PENDING", "SENDING"]).exists()

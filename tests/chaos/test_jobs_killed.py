@@ -12,41 +12,19 @@ unfinished.
 
 from __future__ import annotations
 
-import threading
 import time
-from contextlib import contextmanager
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 
 from claims.models import AuditEntry, DispatchIntent, Effect, Namespace, Principal
 from claims.tasks import deliver_dispatch, redeliver_dispatches
 from rollout import fences
 from rollout.models import FenceRequest, Rollback, StageChange
 from rollout.tasks import advance_rollback, fence_epoch, resend_fences
-from tests.conftest import make_actor, run_in_thread, wait_for, wait_for_lock_waiters
+from tests.conftest import make_actor, row_locked, wait_for, wait_for_lock_waiters
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-@contextmanager
-def row_locked(sql: str, params: list):
-    """Hold ``sql``'s row lock (… FOR UPDATE) on another connection until the block ends."""
-    locked, release = threading.Event(), threading.Event()
-
-    def hold():
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            locked.set()
-            release.wait(60)
-
-    thread, box = run_in_thread(hold)
-    assert locked.wait(10), box
-    try:
-        yield
-    finally:
-        release.set()
-        thread.join(10)
 
 
 def wait_until_no_backend_holds_an_advisory_lock() -> None:

@@ -17,10 +17,13 @@ import httpx  # noqa: E402
 from claims import client as sdk  # noqa: E402
 
 
-def main(url: str, token: str, owner: str, namespace: str, log_path: str, seconds: float) -> None:
+def main(
+    url: str, token: str, owner: str, namespace: str, log_path: str, seconds: float, target: str = ""
+) -> None:
     rng = random.Random(owner)
     log = open(log_path, "a", buffering=1)
     cp = sdk.ControlPlane(url, token, owner_id=owner, timeout=5)
+    effects = httpx.Client(timeout=2)
 
     def record(op: str, started: float, **fields) -> None:
         log.write(json.dumps({"op": op, "owner": owner, "t0": started, "t1": time.time(), **fields}) + "\n")
@@ -59,6 +62,13 @@ def main(url: str, token: str, owner: str, namespace: str, log_path: str, second
             input_digest=claim.input_digest,
         )
         time.sleep(rng.uniform(0, 0.4))  # think (a SIGSTOP can land here and outlast the lease)
+        kind = (claim.input or {}).get("kind", "plain") if isinstance(claim.input, dict) else "plain"
+        if (
+            target
+            and kind in ("effect", "dispatch")
+            and not side_effect(cp, effects, claim, kind, target, record)
+        ):
+            continue  # the effect's outcome is not known or the attempt was refused: leave the task to a retry
         result = {"computed_on": claim.input_digest, "by": owner, "generation": claim.claim_generation}
         for op in ("stage", "commit"):
             started = time.time()
@@ -112,5 +122,57 @@ def main(url: str, token: str, owner: str, namespace: str, log_path: str, second
                 break
 
 
+def side_effect(cp, effects: httpx.Client, claim, kind: str, target: str, record) -> bool:
+    """The task's one external side effect, at most once across attempts: directly through the SDK (prepare →
+    call with the key and the claim generation as fencing token → outcome; reconcile by asking the target after
+    a lost reply), or through the dispatch gateway (the control plane's Celery worker delivers it). True when the
+    worker may go on to commit."""
+    payload = {"task": claim.task_id, "amount": 10}
+    started = time.time()
+    ids = {"task_id": claim.task_id, "attempt_id": claim.attempt_id, "generation": claim.claim_generation}
+
+    def call(key: str):
+        reply = effects.post(
+            f"{target}/charge",
+            json=payload,
+            headers={"Idempotency-Key": key, "X-Claim-Generation": str(claim.claim_generation)},
+        )
+        reply.raise_for_status()  # a 409 from the target's fence is not a definite failure of the effect
+        return reply.json()
+
+    def check(key: str) -> bool:
+        return bool(effects.get(f"{target}/calls/{key}").json()["occurred"])
+
+    try:
+        if kind == "effect":
+            done = cp.effect(claim, "charge", payload, call=call, check=check)
+            record(
+                "effect",
+                started,
+                status=200,
+                outcome=done.state,
+                effect_id=done.effect_id,
+                called=done.called,
+                **ids,
+            )
+        else:
+            ticket = cp.prepare(claim, "notify", payload)
+            if ticket.outcome == "PREPARED":
+                cp.dispatch(claim, ticket.effect_id, payload, target=f"{target}/notify")
+            record("dispatch", started, status=200, outcome=ticket.outcome, effect_id=ticket.effect_id, **ids)
+        return True
+    except sdk.EffectUnknown as exc:
+        record("effect", started, status=0, outcome="UNKNOWN", effect_id=exc.effect_id, **ids)
+        try:
+            cp.release(claim)  # let another attempt reconcile it (it must ask the target, not call again)
+        except (sdk.ClaimError, httpx.HTTPError):
+            pass
+    except sdk.ClaimError as exc:
+        record(kind, started, status=exc.status, outcome=exc.outcome, reason=exc.reason, **ids)
+    except httpx.HTTPError as exc:
+        record(kind, started, status=0, outcome="ERROR", detail=type(exc).__name__, **ids)
+    return False
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], float(sys.argv[6]))
+    main(*sys.argv[1:6], float(sys.argv[6]), *sys.argv[7:8])
