@@ -161,6 +161,7 @@ def check_invariants(
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(120 + SECONDS * 4)
 def test_invariants_hold_over_a_history_with_pauses_kills_terminated_connections_and_a_fence(
     server, tmp_path
 ):
@@ -222,6 +223,7 @@ def _pg_restart() -> None:
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(120 + SECONDS * 4)
 def test_nothing_acknowledged_is_lost_when_postgres_restarts_under_load(server, tmp_path):
     if not os.path.isdir("/etc/postgresql") or os.geteuid() != 0:
         pytest.skip("restarting PostgreSQL needs root and a Debian cluster (CI has both)")
@@ -278,6 +280,7 @@ def check_effects(target, *, namespace: str = "chaos") -> dict[str, int]:
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(120 + SECONDS * 4)
 def test_invariants_hold_with_effects_lost_replies_killed_job_workers_a_fence_job_and_a_rollback(
     tmp_path, effect_target, celery_workers
 ):

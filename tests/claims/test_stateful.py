@@ -304,7 +304,13 @@ class ClaimsMachine(RuleBasedStateMachine):
                 assert effect.payload_digest == self.bound[model.task_id]
 
 
+EXAMPLES = int(os.environ.get("STATEFUL_EXAMPLES", "60"))
+
+
 @pytest.mark.django_db
+@pytest.mark.timeout(
+    120 + EXAMPLES
+)  # a long run (STATEFUL_EXAMPLES=2000) outlasts the suite's 120 s per test
 def test_the_services_follow_the_contracts_model():
     from hypothesis.stateful import run_state_machine_as_test
 
@@ -314,7 +320,7 @@ def test_the_services_follow_the_contracts_model():
         run_state_machine_as_test(
             ClaimsMachine,
             settings=settings(
-                max_examples=int(os.environ.get("STATEFUL_EXAMPLES", "60")),
+                max_examples=EXAMPLES,
                 stateful_step_count=40,
                 deadline=None,
                 database=None,

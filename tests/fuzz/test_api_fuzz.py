@@ -75,6 +75,9 @@ def tokens(db):
     return {"worker": worker.token, "oncall": oncall.token}
 
 
+@pytest.mark.timeout(
+    120 + EXAMPLES * 3
+)  # the long run (FUZZ_EXAMPLES=300) outlasts the suite's 120 s per test
 def test_no_request_breaks_the_server_or_changes_records_when_refused(wsgi_in_test_transaction):
     tokens = wsgi_in_test_transaction
     # Loaded here, not at import: a request made at collection time would run against the wrong database.
