@@ -103,6 +103,28 @@ def spawn_workers(
     ]
 
 
+def kill_mid_commit(proc: subprocess.Popen, log: Path) -> str:
+    """SIGKILL the worker while a commit request of its is in flight (its log's last line says SENT); returns
+    what became of that commit — the server finishes or abandons it without the worker."""
+    deadline, last = time.monotonic() + 10, {}
+    while time.monotonic() < deadline:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4000))
+            lines = f.read().decode(errors="replace").splitlines()
+        last = json.loads(lines[-1]) if len(lines) > 1 else {}
+        if last.get("outcome") == "SENT":
+            break
+        time.sleep(0.002)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    if last.get("outcome") != "SENT":
+        return "no commit was in flight within 10 s"
+    time.sleep(0.5)
+    task = Task.objects.get(pk=last["task_id"])
+    landed = task.state == "COMMITTED" and str(task.attempt_id) == last["attempt_id"]
+    return f"its commit of {last['task_id']} {'landed' if landed else 'did not land'}"
+
+
 def _history(paths: list[Path]) -> list[dict]:
     entries = []
     for path in paths:
@@ -191,8 +213,8 @@ def test_invariants_hold_over_a_history_with_pauses_kills_terminated_connections
     # A revised input mid-run: commits computed on the old input must be refused.
     operator.post(f"/tasks/{tasks[-1]}/input", {"input": {"i": "revised"}})
     time.sleep(SECONDS * 0.1)
-    os.kill(procs[1].pid, signal.SIGKILL)  # killed mid-run, wherever it was
-    faults.append("SIGKILL chaos-w1")
+    fate = kill_mid_commit(procs[1], logs[1])
+    faults.append(f"SIGKILL chaos-w1 during a commit request ({fate})")
     oncall.post("/namespaces/chaos/fence", {"reason": "chaos"})
     time.sleep(0.3)
     oncall.post("/namespaces/chaos/resume", {})
