@@ -102,3 +102,23 @@ def test_the_admin_shows_append_only_records_read_only(ready_task, operator):
     assert listing.status_code == 200
     assert change.status_code == 403 and delete.status_code == 403
     assert TaskEvent.objects.get(pk=event.pk).principal != "forged"
+
+
+def test_a_fence_asked_while_the_job_queue_is_down_is_kept_and_says_so(ui_oncall, ready_task, monkeypatch):
+    from kombu.exceptions import OperationalError
+
+    from rollout import views
+    from rollout.models import FenceRequest
+
+    def queue_down(*args, **kwargs):
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(views.fence_epoch, "delay", queue_down)  # the broker only; the database is real
+
+    page = ui_oncall.post("/ns/default/fence", {"reason": "incident", "confirm": "default"}, follow=True)
+
+    assert page.status_code == 200 and b"the job queue is unreachable" in page.content
+    assert (
+        FenceRequest.objects.get().status == "PENDING"
+    )  # kept: resend_fences sends it when the queue is back
+    assert Namespace.objects.get(name="default").scheduler_epoch == 1
