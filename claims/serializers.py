@@ -56,10 +56,17 @@ def _has_nul(value: Any) -> bool:
 
 
 class JSONValueField(serializers.JSONField):
-    """Any JSON value, bounded in size (settings.CLAIMS_MAX_VALUE_BYTES of canonical JSON)."""
+    """Any JSON value but null, bounded in size (settings.CLAIMS_MAX_VALUE_BYTES of canonical JSON).
+
+    null is refused (400): a task's result is null exactly when nothing is committed (claim-v1.md, task read), so
+    a null input, result or payload would be indistinguishable from "none"."""
+
+    default_error_messages = {
+        "null": "May not be null: send a JSON value other than null ({{}} will do).",
+    }
 
     def __init__(self, **kwargs: Any):
-        kwargs.setdefault("allow_null", True)
+        kwargs.setdefault("allow_null", False)
         super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> Any:

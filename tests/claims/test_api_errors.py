@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from claims.models import Attempt, Namespace, StagedResult, Task, TaskEvent
+from claims.models import Attempt, DispatchIntent, Namespace, StagedResult, Task, TaskEvent
 
 WORKER_POSTS = [
     "/tasks/{t}/claim",
@@ -312,6 +312,29 @@ def test_nul_characters_are_400_not_a_database_error(operator, default_namespace
 
     assert response.status_code == 400
     assert not Task.objects.exists()
+
+
+def test_null_values_are_400_with_a_field_error_not_a_database_error(
+    operator, worker_a, ready_task, effect_target
+):
+    """Found by the long fuzz run (FUZZ_EXAMPLES=300): {"input": null} reached the NOT NULL column and was a 500."""
+    created = operator.post("/tasks", {"node_id": "n", "input": None})
+    revised = operator.post(f"/tasks/{ready_task}/input", {"input": None})
+    claim = worker_a.claim(ready_task).json()
+    staged = worker_a.stage(claim, None)
+    key = worker_a.prepare(claim, "notify", {"x": 1}).json()["effect_id"]
+    dispatched = worker_a.dispatch(claim, key, None, effect_target.url + "/send")
+
+    for response, field in (
+        (created, "input"),
+        (revised, "input"),
+        (staged, "result"),
+        (dispatched, "payload"),
+    ):
+        assert response.status_code == 400, response.content
+        assert "null" in response.json()["errors"][field][0]
+    assert Task.objects.count() == 1 and Task.objects.get().input == {"source": "grammar.y"}  # nor revised
+    assert not StagedResult.objects.exists() and not DispatchIntent.objects.exists()
 
 
 @pytest.mark.parametrize(
