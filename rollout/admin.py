@@ -16,6 +16,7 @@ for model in (
     models.DrainSnapshot,
     models.CoverageWaiver,
     models.Rollback,
+    models.FenceRequest,
     models.WorkerRegistration,
     models.LegacyEvent,
 ):
