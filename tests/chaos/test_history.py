@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -32,7 +33,16 @@ import pytest
 from django.db import connection
 
 from claims.digest import digest
-from claims.models import DispatchIntent, Effect, EffectEvent, Namespace, Principal, StagedResult, Task
+from claims.models import (
+    AuditEntry,
+    DispatchIntent,
+    Effect,
+    EffectEvent,
+    Namespace,
+    Principal,
+    StagedResult,
+    Task,
+)
 from claims.tasks import redeliver_dispatches
 from rollout import fences
 from rollout.models import DrainSnapshot, FenceRequest, Rollback
@@ -41,6 +51,7 @@ from tests.conftest import ensure_default_namespace, make_actor, row_locked, wai
 
 ROOT = Path(__file__).resolve().parents[2]
 SECONDS = float(os.environ.get("CHAOS_SECONDS", "8"))
+TASKS = int(150 * max(1.0, SECONDS / 8))  # enough work for the whole run
 
 
 def _free_port() -> int:
@@ -118,11 +129,11 @@ def kill_mid_commit(proc: subprocess.Popen, log: Path) -> str:
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
     if last.get("outcome") != "SENT":
-        return "no commit was in flight within 10 s"
+        return "none in flight"
     time.sleep(0.5)
     task = Task.objects.get(pk=last["task_id"])
     landed = task.state == "COMMITTED" and str(task.attempt_id) == last["attempt_id"]
-    return f"its commit of {last['task_id']} {'landed' if landed else 'did not land'}"
+    return "the commit landed" if landed else "the commit did not land"
 
 
 def _history(paths: list[Path]) -> list[dict]:
@@ -134,7 +145,7 @@ def _history(paths: list[Path]) -> list[dict]:
 
 
 def check_invariants(
-    logs: list[Path], *, revised_task: str | None = None, min_commits: int = 10
+    logs: list[Path], *, revised: dict[str, dict] | None = None, min_commits: int = 10
 ) -> list[dict]:
     """The invariants over the recorded history and the rows; returns the history."""
     history = _history(logs)
@@ -168,9 +179,9 @@ def check_invariants(
     # 4. every committed result was computed on the input digest current at commit
     for task in Task.objects.filter(namespace__name="chaos", state="COMMITTED"):
         assert task.result["computed_on"] == task.input_digest, task.task_id
-    if revised_task:
-        revised = Task.objects.get(pk=revised_task)
-        assert revised.state != "COMMITTED" or revised.result["computed_on"] == digest({"i": "revised"})
+    for task_id, new_input in (revised or {}).items():  # revisions accepted mid-run
+        task = Task.objects.get(pk=task_id)
+        assert task.state != "COMMITTED" or task.result["computed_on"] == digest(new_input), task_id
 
     # 5. progress: healthy owners commit
     # nothing acknowledged is lost: every 200 COMMITTED is the task's canonical commit in the rows
@@ -181,52 +192,90 @@ def check_invariants(
     return history
 
 
+def create_tasks(operator, count: int, kinds: tuple[str, ...] = ("plain",)) -> list[str]:
+    return [
+        operator.create(
+            namespace="chaos", node_id=f"n{i % len(kinds)}", input={"i": i, "kind": kinds[i % len(kinds)]}
+        ).json()["task_id"]
+        for i in range(count)
+    ]
+
+
+def revise_one_in_flight(operator, n: int) -> tuple[str, dict] | None:
+    """Revise the input of a task being worked on (a claimed one if any, else a ready one): the holder's commit,
+    computed on the old input, must then be refused STALE_INPUT."""
+    task = (
+        Task.objects.filter(namespace__name="chaos", state="CLAIMED").order_by("?").first()
+        or Task.objects.filter(namespace__name="chaos", state="READY").order_by("?").first()
+    )
+    if task is None:
+        return None
+    new_input = {"i": f"revised-{n}", "kind": "plain"}
+    answer = operator.post(f"/tasks/{task.task_id}/input", {"input": new_input})
+    return (task.task_id, new_input) if answer.status_code == 200 else None
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120 + SECONDS * 4)
 def test_invariants_hold_over_a_history_with_pauses_kills_terminated_connections_and_a_fence(
     server, tmp_path
 ):
+    """Scenario 1. Fault rounds of about 6 s, repeated while the run lasts (one at CI size): a worker paused with
+    SIGSTOP past its 2 s lease; the server's database connections terminated from PostgreSQL's side while it is
+    paused; it resumes; an in-flight task's input revised; another worker SIGKILLed while a commit request of its
+    is in flight, and started again under the same identity (a restarted pod); an epoch fence and resume."""
     ensure_default_namespace()
     operator, oncall = make_actor("chaos-op", "operator"), make_actor("chaos-oncall", "oncall")
     operator.post("/namespaces", {"name": "chaos"})
-    tasks = [
-        operator.create(namespace="chaos", node_id="n", input={"i": i}).json()["task_id"] for i in range(150)
-    ]
+    create_tasks(operator, TASKS)
     workers = [make_actor(f"chaos-w{i}", "worker") for i in range(4)]
     logs = [tmp_path / f"{w.name}.jsonl" for w in workers]
+    end = time.monotonic() + SECONDS
     procs = spawn_workers(server, workers, logs)
-    faults: list[str] = []
-    time.sleep(SECONDS * 0.15)
-    os.kill(procs[0].pid, signal.SIGSTOP)  # paused past its 2-second lease
-    faults.append("SIGSTOP chaos-w0 for 3 s")
-    time.sleep(SECONDS * 0.15)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-        faults.append(f"pg_terminate_backend on {cursor.fetchone()[0]} server connections")
-    time.sleep(3 - SECONDS * 0.15 if SECONDS * 0.15 < 3 else 0.1)
-    os.kill(procs[0].pid, signal.SIGCONT)
-    faults.append("SIGCONT chaos-w0")
-    # A revised input mid-run: commits computed on the old input must be refused.
-    operator.post(f"/tasks/{tasks[-1]}/input", {"input": {"i": "revised"}})
-    time.sleep(SECONDS * 0.1)
-    fate = kill_mid_commit(procs[1], logs[1])
-    faults.append(f"SIGKILL chaos-w1 during a commit request ({fate})")
-    oncall.post("/namespaces/chaos/fence", {"reason": "chaos"})
-    time.sleep(0.3)
-    oncall.post("/namespaces/chaos/resume", {})
-    faults.append("epoch fence + resume")
-    for proc in procs[2:] + procs[:1]:
-        proc.wait(SECONDS + 30)
+    faults: dict[str, int] = defaultdict(int)
+    revised: dict[str, dict] = {}
+    rounds, rng = 0, random.Random(SECONDS)
+    while rounds == 0 or time.monotonic() + 7 < end:
+        rounds += 1
+        time.sleep(min(1.2, SECONDS * 0.15))
+        paused, killed = rng.sample(range(len(workers)), 2)
+        os.kill(procs[paused].pid, signal.SIGSTOP)  # past its 2-second lease
+        time.sleep(1.0)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            faults["server connections terminated"] += cursor.fetchone()[0]
+        time.sleep(2.0)
+        os.kill(procs[paused].pid, signal.SIGCONT)
+        faults["SIGSTOP 3 s"] += 1
+        if change := revise_one_in_flight(operator, rounds):
+            revised[change[0]] = change[1]
+            faults["input revised mid-flight"] += 1
+        time.sleep(0.8)
+        fate = kill_mid_commit(procs[killed], logs[killed])
+        faults[f"SIGKILL during a commit request ({fate})"] += 1
+        log = tmp_path / f"{workers[killed].name}.{rounds}.jsonl"  # restarted under the same identity
+        logs.append(log)
+        procs[killed] = spawn_workers(
+            server, [workers[killed]], [log], seconds=max(1, end - time.monotonic())
+        )[0]
+        oncall.post("/namespaces/chaos/fence", {"reason": f"chaos round {rounds}"})
+        time.sleep(0.3)
+        oncall.post("/namespaces/chaos/resume", {})
+        faults["epoch fence + resume"] += 1
+    for proc in procs:
+        proc.wait(max(0, end - time.monotonic()) + 30)
 
-    history = check_invariants(logs, revised_task=tasks[-1])
+    history = check_invariants(logs, revised=revised)
     outcomes = defaultdict(int)
     for e in history:
         outcomes[f"{e['op']}:{e['outcome']}"] += 1
-    print(f"\nCHAOS {len(history)} operations, faults: {faults}\noutcomes: {dict(outcomes)}")
+    print(
+        f"\nCHAOS {len(history)} operations, {rounds} rounds, faults: {dict(faults)}\noutcomes: {dict(outcomes)}"
+    )
 
 
 def _pg_restart() -> None:
@@ -252,8 +301,7 @@ def test_nothing_acknowledged_is_lost_when_postgres_restarts_under_load(server, 
     ensure_default_namespace()
     operator = make_actor("chaos-op", "operator")
     operator.post("/namespaces", {"name": "chaos"})
-    for i in range(150):
-        operator.create(namespace="chaos", node_id="n", input={"i": i})
+    create_tasks(operator, TASKS)
     workers = [make_actor(f"chaos-w{i}", "worker") for i in range(3)]
     logs = [tmp_path / f"{w.name}.jsonl" for w in workers]
     procs = spawn_workers(server, workers, logs)
@@ -306,94 +354,63 @@ def check_effects(target, *, namespace: str = "chaos") -> dict[str, int]:
 def test_invariants_hold_with_effects_lost_replies_killed_job_workers_a_fence_job_and_a_rollback(
     tmp_path, effect_target, celery_workers
 ):
-    """Scenario 2: a third of the tasks make a direct side effect (the target drops a quarter of its replies after
+    """Scenario 3: a third of the tasks make a direct side effect (the target drops a quarter of its replies after
     acting and fences direct calls on the claim generation), a third dispatch theirs through the gateway (the
-    control plane's Celery worker delivers them). Mid-run: the Celery worker is SIGKILLed while it delivers, a
-    chaos worker is paused past its lease, an epoch fence runs as the fence_epoch job and its Celery worker is
-    SIGKILLed mid-job (resend_fences finishes it on a fresh worker), and the namespace is rolled back
-    V1_ONLY → V1_WRITES (fence, drain with on-call reconciling UNKNOWN effects by asking the target, stage back,
-    resume) — all while the chaos workers keep going."""
-    jobs_env = {
-        "DISPATCH_TIMEOUT_SECONDS": "2",
-        "DISPATCH_RESEND_AFTER_SECONDS": "7",
-        "FENCE_RESEND_AFTER_SECONDS": "1",
-    }
+    control plane's Celery worker delivers them). Fault rounds, repeated while the run lasts (one at CI size): the
+    Celery worker SIGKILLed while it delivers; a chaos worker paused past its lease; an epoch fence run as the
+    fence_epoch job with its Celery worker SIGKILLed inside the fence's transaction (resend_fences finishes it on a
+    fresh worker, once); then a stage move under load — a rollback V1_ONLY → V1_WRITES (fence, drain with on-call
+    reconciling UNKNOWN effects by asking the target, stage back, resume), or, the round after, oncall's override
+    forward to V1_ONLY again."""
     ensure_default_namespace()
     operator, oncall = make_actor("chaos-op", "operator"), make_actor("chaos-oncall", "oncall")
     operator.post("/namespaces", {"name": "chaos"})
-    kinds = ("plain", "effect", "dispatch")
-    for i in range(150):
-        operator.create(namespace="chaos", node_id=f"n{i % 3}", input={"i": i, "kind": kinds[i % 3]})
+    create_tasks(operator, TASKS * 2, kinds=("plain", "effect", "dispatch"))
     effect_target.drop_rate, effect_target.delays = 0.25, {"/notify": 0.3}
     effect_target.fence_paths = {"/charge"}
-    celery = celery_workers.start(**jobs_env)
+    jobs = JobWorker(celery_workers)
     workers = [make_actor(f"chaos-w{i}", "worker") for i in range(4)]
     logs = [tmp_path / f"{w.name}.jsonl" for w in workers]
-    faults: list[str] = []
+    faults: dict[str, int] = defaultdict(int)
+    rounds, rng = 0, random.Random(SECONDS)
     with running_server(CELERY_TASK_ALWAYS_EAGER="false") as url:
-        # Twice the time of scenario 1: the fence and the rollback pause claims for a while.
+        # Twice the time of scenario 1: the fences and the rollbacks pause claims for a while.
+        end = time.monotonic() + SECONDS * 2
         procs = spawn_workers(url, workers, logs, effect_target.url, seconds=SECONDS * 2)
+        while rounds == 0 or time.monotonic() + 12 < end:
+            rounds += 1
+            # The Celery worker killed while it delivers a dispatch; a fresh one takes over.
+            if wait_for(lambda: DispatchIntent.objects.filter(state="SENDING").exists(), seconds=SECONDS):
+                jobs.kill_and_restart()
+                faults["SIGKILL the Celery worker during deliver_dispatch"] += 1
 
-        # The Celery worker killed while it delivers a dispatch; a fresh one takes over.
-        assert wait_for(lambda: DispatchIntent.objects.filter(state="SENDING").exists(), seconds=SECONDS)
-        celery_workers.kill(celery)
-        faults.append("SIGKILL the Celery worker during deliver_dispatch")
-        celery = celery_workers.start(**jobs_env)
+            paused = procs[rng.randrange(len(procs))]
+            os.kill(paused.pid, signal.SIGSTOP)  # past its 2-second lease
+            time.sleep(2.5)
+            os.kill(paused.pid, signal.SIGCONT)
+            faults["SIGSTOP 2.5 s"] += 1
 
-        os.kill(procs[0].pid, signal.SIGSTOP)  # past its 2-second lease
-        time.sleep(2.5)
-        os.kill(procs[0].pid, signal.SIGCONT)
-        faults.append("SIGSTOP chaos-w0 for 2.5 s")
+            at_kill, runs = fence_through_the_job_killing_its_worker(jobs, oncall, rounds)
+            faults[
+                f"SIGKILL the Celery worker inside fence_epoch (request {at_kill}; {runs} runs, one bump)"
+            ] += 1
+            oncall.post("/namespaces/chaos/resume", {})
 
-        # An epoch fence through its job; the Celery worker killed as soon as the job starts.
-        epoch_before = Namespace.objects.get(name="chaos").scheduler_epoch
-        request = fences.fence_request(
-            principal=Principal.objects.get(name=oncall.name), namespace="chaos", reason="chaos"
-        )
-        # Held on the namespace row, the job's fence cannot commit: the kill lands inside its transaction.
-        with row_locked("SELECT 1 FROM claims_namespace WHERE name = %s FOR UPDATE", ["chaos"]):
-            fence_epoch.delay("chaos", "chaos", oncall.name, str(request.pk))
-            assert wait_for(lambda: FenceRequest.objects.get(pk=request.pk).runs >= 1)
-            time.sleep(0.2)
-            celery_workers.kill(celery)
-        at_kill = FenceRequest.objects.get(pk=request.pk).status
-        faults.append(f"SIGKILL the Celery worker during fence_epoch (the request was {at_kill})")
-        celery = celery_workers.start(**jobs_env)
-        assert wait_for(lambda: resend_fences.delay() and _finished(request.pk), seconds=30), (
-            celery_workers.log()
-        )
-        fenced = FenceRequest.objects.get(pk=request.pk)
-        assert fenced.scheduler_epoch == epoch_before + 1 and fenced.self_check["ok"], fenced.summary()
-        assert Namespace.objects.get(name="chaos").scheduler_epoch == epoch_before + 1  # fenced once
-        oncall.post("/namespaces/chaos/resume", {})
-        faults.append(
-            f"fence via the job: epoch {epoch_before} → {fenced.scheduler_epoch}, {fenced.runs} runs"
-        )
-
-        time.sleep(SECONDS * 0.1)
-        # Rollback V1_ONLY → V1_WRITES mid-run: fence, drain (on-call reconciles UNKNOWN effects), stage back.
-        started = oncall.post(
-            "/namespaces/chaos/rollout/rollback", {"to_stage": "V1_WRITES", "reason": "chaos"}
-        )
-        assert started.status_code in (200, 202), started.content
-
-        def drained_and_rolled_back() -> bool:
-            # On-call's drill: reconcile what is UNKNOWN by asking the target, let the job take a snapshot.
-            for effect in Effect.objects.filter(namespace__name="chaos", state="UNKNOWN"):
-                occurred = bool(effect_target.calls.get(effect.effect_id))
-                oncall.reconcile(None, effect.effect_id, "OCCURRED" if occurred else "NOT_OCCURRED")
-            advance_rollback.delay()
-            time.sleep(0.5)
-            return not Rollback.objects.filter(namespace="chaos", finished_at__isnull=True).exists()
-
-        assert wait_for(drained_and_rolled_back, seconds=30), list(
-            DrainSnapshot.objects.filter(namespace="chaos").order_by("-taken_at").values()[:1]
-        )
-        oncall.post("/namespaces/chaos/resume", {})
-        faults.append(f"rollback V1_ONLY → V1_WRITES ({started.json()['outcome']}, then finished by the job)")
+            time.sleep(min(1.0, SECONDS * 0.1))
+            if Namespace.objects.get(name="chaos").stage == "V1_ONLY":
+                outcome = roll_back_under_load(oncall, effect_target)
+                faults[f"rollback V1_ONLY → V1_WRITES ({outcome}, finished by the job)"] += 1
+            else:
+                moved = oncall.post(
+                    "/namespaces/chaos/rollout/advance",
+                    {"to_stage": "V1_ONLY", "reason": f"chaos round {rounds}", "override": True},
+                )
+                assert moved.status_code == 200, moved.content
+                faults["advance V1_WRITES → V1_ONLY (oncall override)"] += 1
+            oncall.post("/namespaces/chaos/resume", {})
 
         for proc in procs:
-            proc.wait(SECONDS * 2 + 60)
+            proc.wait(max(0, end - time.monotonic()) + 60)
         # Every dispatch ends delivered or skipped: the dead worker's deliveries are sent again under their key.
         assert wait_for(lambda: redeliver_dispatches.delay() and _deliveries_done(), seconds=40), (
             celery_workers.log()
@@ -402,15 +419,81 @@ def test_invariants_hold_with_effects_lost_replies_killed_job_workers_a_fence_jo
     history = check_invariants(logs)
     effects = check_effects(effect_target)
     assert effects["reconciled_by_workers"] >= 1, effects  # the lost-reply path really ran
-    assert Namespace.objects.get(name="chaos").stage == "V1_WRITES"
+    fenced = FenceRequest.objects.filter(namespace="chaos")
+    assert all(f.status == "CHECKED" for f in fenced)
+    assert (
+        AuditEntry.objects.filter(action="epoch_fence", target__startswith="fence:").count() == fenced.count()
+    )
     outcomes = defaultdict(int)
     for e in history:
         outcomes[f"{e['op']}:{e['outcome']}"] += 1
     deliveries = DispatchIntent.objects.filter(effect__namespace__name="chaos")
     print(
-        f"\nCHAOS-FX {len(history)} operations, faults: {faults}\noutcomes: {dict(outcomes)}\neffects: {effects}\n"
-        f"dispatch intents: {deliveries.count()}, resent: {deliveries.filter(deliveries__gt=1).count()}"
+        f"\nCHAOS-FX {len(history)} operations, {rounds} rounds, faults: {dict(faults)}\n"
+        f"outcomes: {dict(outcomes)}\neffects: {effects}\n"
+        f"dispatch intents: {deliveries.count()}, delivered more than once: {deliveries.filter(deliveries__gt=1).count()}"
     )
+
+
+JOBS_ENV = {
+    "DISPATCH_TIMEOUT_SECONDS": "2",
+    "DISPATCH_RESEND_AFTER_SECONDS": "7",
+    "FENCE_RESEND_AFTER_SECONDS": "1",
+}
+
+
+class JobWorker:
+    """The control plane's one Celery worker process (Redis, the test database), killed and replaced at will."""
+
+    def __init__(self, workers):
+        self.workers = workers
+        self.proc = workers.start(**JOBS_ENV)
+
+    def kill_and_restart(self) -> None:
+        self.workers.kill(self.proc)
+        self.proc = self.workers.start(**JOBS_ENV)
+
+
+def fence_through_the_job_killing_its_worker(jobs: JobWorker, oncall, n: int) -> tuple[str, int]:
+    """An epoch fence requested as on-call does from the console; the job's worker is SIGKILLed inside the fence's
+    transaction (the namespace row is held, so the fence cannot commit first); a fresh worker finishes it through
+    resend_fences. Exactly one epoch bump."""
+    epoch_before = Namespace.objects.get(name="chaos").scheduler_epoch
+    request = fences.fence_request(
+        principal=Principal.objects.get(name=oncall.name), namespace="chaos", reason=f"chaos round {n}"
+    )
+    with row_locked("SELECT 1 FROM claims_namespace WHERE name = %s FOR UPDATE", ["chaos"]):
+        fence_epoch.delay("chaos", request.reason, oncall.name, str(request.pk))
+        assert wait_for(lambda: FenceRequest.objects.get(pk=request.pk).runs >= 1)
+        time.sleep(0.2)
+        at_kill = FenceRequest.objects.get(pk=request.pk).status
+        jobs.kill_and_restart()
+    assert wait_for(lambda: resend_fences.delay() and _finished(request.pk), seconds=30), jobs.workers.log()
+    fenced = FenceRequest.objects.get(pk=request.pk)
+    assert fenced.scheduler_epoch == epoch_before + 1 and fenced.self_check["ok"], fenced.summary()
+    assert Namespace.objects.get(name="chaos").scheduler_epoch == epoch_before + 1  # fenced once
+    return at_kill, fenced.runs
+
+
+def roll_back_under_load(oncall, effect_target) -> str:
+    """Rollback V1_ONLY → V1_WRITES: fence, drain — on-call reconciles what is UNKNOWN by asking the target, the
+    advance_rollback job takes the snapshots — stage back. Returns how the rollback answered at first."""
+    started = oncall.post("/namespaces/chaos/rollout/rollback", {"to_stage": "V1_WRITES", "reason": "chaos"})
+    assert started.status_code in (200, 202), started.content
+
+    def drained_and_rolled_back() -> bool:
+        for effect in Effect.objects.filter(namespace__name="chaos", state="UNKNOWN"):
+            occurred = bool(effect_target.calls.get(effect.effect_id))
+            oncall.reconcile(None, effect.effect_id, "OCCURRED" if occurred else "NOT_OCCURRED")
+        advance_rollback.delay()
+        time.sleep(0.5)
+        return not Rollback.objects.filter(namespace="chaos", finished_at__isnull=True).exists()
+
+    assert wait_for(drained_and_rolled_back, seconds=30), list(
+        DrainSnapshot.objects.filter(namespace="chaos").order_by("-taken_at").values()[:1]
+    )
+    assert Namespace.objects.get(name="chaos").stage == "V1_WRITES"
+    return started.json()["outcome"]
 
 
 def _finished(fence_id) -> bool:
