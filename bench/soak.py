@@ -87,11 +87,24 @@ def worker(index: int, namespace: str, seconds: float, per_worker_rate: float, q
 
 def table_stats(cursor) -> dict:
     cursor.execute(
-        "SELECT n_dead_tup, n_live_tup, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
-        "WHERE relname = 'claims_task'"
+        "SELECT n_dead_tup, n_live_tup, n_tup_upd, n_tup_hot_upd, autovacuum_count, "
+        "pg_total_relation_size('claims_task') FROM pg_stat_user_tables WHERE relname = 'claims_task'"
     )
-    dead, live, upd, hot = cursor.fetchone()
-    return {"dead_tuples": dead, "live_tuples": live, "updates": upd, "hot_updates": hot}
+    dead, live, upd, hot, vacuums, size = cursor.fetchone()
+    return {
+        "dead_tuples": dead,
+        "live_tuples": live,
+        "updates": upd,
+        "hot_updates": hot,
+        "autovacuums": vacuums,
+        "table_bytes": size,
+    }
+
+
+def table_options(cursor) -> list[str]:
+    """The task table's storage settings (fillfactor, per-table autovacuum), recorded with the results."""
+    cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'claims_task'")
+    return list(cursor.fetchone()[0] or [])
 
 
 def main() -> None:
@@ -128,6 +141,7 @@ def main() -> None:
         proc.start()
     reports = []
     with connection.cursor() as cursor:
+        options = table_options(cursor)
         before = table_stats(cursor)
         # Workers stay alive until their samples are read, so report on the clock, not on their liveness.
         while time.time() - started < args.seconds:
@@ -143,7 +157,8 @@ def main() -> None:
                 }
             )
             print(
-                f"t={reports[-1]['t']:>6}s dead={stats['dead_tuples']:>7} hot_ratio={reports[-1]['hot_ratio']}",
+                f"t={reports[-1]['t']:>6}s dead={stats['dead_tuples']:>7} hot_ratio={reports[-1]['hot_ratio']} "
+                f"autovacuums={stats['autovacuums'] - before['autovacuums']}",
                 flush=True,
             )
     samples = [s for _ in procs for s in queue.get(timeout=60)]
@@ -162,10 +177,15 @@ def main() -> None:
         )
     out = ROOT / "bench" / "results" / f"soak-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "windows": windows}, indent=2))
-    print("\n| t (s) | cycles/s | p95 ms | dead tuples | HOT-update ratio |\n|---:|---:|---:|---:|---:|")
+    out.write_text(json.dumps({"args": vars(args), "table_options": options, "windows": windows}, indent=2))
+    print(f"\nclaims_task options: {options or 'defaults'}")
+    print("\n| t (s) | cycles/s | p95 ms | dead tuples | HOT-update ratio | autovacuums | table MB |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for w in windows:
-        print(f"| {w['t']} | {w['cycles_per_s']} | {w['p95_ms']} | {w['dead_tuples']} | {w['hot_ratio']} |")
+        print(
+            f"| {w['t']} | {w['cycles_per_s']} | {w['p95_ms']} | {w['dead_tuples']} | {w['hot_ratio']} "
+            f"| {w['autovacuums'] - before['autovacuums']} | {w['table_bytes'] / 1e6:.1f} |"
+        )
     print(f"\nwritten to {out.relative_to(ROOT)}")
 
 
