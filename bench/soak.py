@@ -102,9 +102,12 @@ def table_stats(cursor) -> dict:
 
 
 def table_options(cursor) -> list[str]:
-    """The task table's storage settings (fillfactor, per-table autovacuum), recorded with the results."""
+    """The task table's storage settings (fillfactor, per-table autovacuum) and the server's autovacuum switch,
+    recorded with the results: a server with autovacuum off (some CI images) never cleans dead tuples."""
     cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'claims_task'")
-    return list(cursor.fetchone()[0] or [])
+    options = list(cursor.fetchone()[0] or [])
+    cursor.execute("SHOW autovacuum")
+    return [*options, f"server autovacuum={cursor.fetchone()[0]}"]
 
 
 def main() -> None:
@@ -142,6 +145,10 @@ def main() -> None:
     reports = []
     with connection.cursor() as cursor:
         options = table_options(cursor)
+        if "server autovacuum=off" in options:
+            print(
+                "warning: this server runs with autovacuum = off; dead tuples will only grow", file=sys.stderr
+            )
         before = table_stats(cursor)
         # Workers stay alive until their samples are read, so report on the clock, not on their liveness.
         while time.time() - started < args.seconds:
@@ -178,7 +185,7 @@ def main() -> None:
     out = ROOT / "bench" / "results" / f"soak-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), "table_options": options, "windows": windows}, indent=2))
-    print(f"\nclaims_task options: {options or 'defaults'}")
+    print(f"\nclaims_task options: {options}")
     print("\n| t (s) | cycles/s | p95 ms | dead tuples | HOT-update ratio | autovacuums | table MB |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for w in windows:
