@@ -362,4 +362,8 @@ class AuditEntry(models.Model):
     detail = models.JSONField(default=dict)
 
     class Meta:
-        indexes = [models.Index(fields=["at"], name="audit_at")]
+        indexes = [
+            models.Index(fields=["at"], name="audit_at"),
+            # an epoch fence looks for its own id (target "fence:<id>") under the namespace row lock: keep it quick
+            models.Index(fields=["action", "target"], name="audit_action_target"),
+        ]
