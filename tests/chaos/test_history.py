@@ -114,23 +114,28 @@ def spawn_workers(
     ]
 
 
-def kill_mid_commit(proc: subprocess.Popen, log: Path) -> str:
-    """SIGKILL the worker while a commit request of its is in flight (its log's last line says SENT); returns
-    what became of that commit — the server finishes or abandons it without the worker."""
+def kill_mid(proc: subprocess.Popen, log: Path, op: str = "commit") -> str:
+    """SIGKILL the worker while a ``commit`` or ``dispatch`` request of its is in flight (its log's last line is
+    that op, SENT); returns what became of it — the server finishes or abandons it without the worker."""
     deadline, last = time.monotonic() + 10, {}
     while time.monotonic() < deadline:
         with open(log, "rb") as f:
             f.seek(max(0, f.seek(0, os.SEEK_END) - 4000))
             lines = f.read().decode(errors="replace").splitlines()
         last = json.loads(lines[-1]) if len(lines) > 1 else {}
-        if last.get("outcome") == "SENT":
+        if last.get("op") == op and last.get("outcome") == "SENT":
             break
         time.sleep(0.002)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
-    if last.get("outcome") != "SENT":
+    if last.get("op") != op or last.get("outcome") != "SENT":
         return "none in flight"
     time.sleep(0.5)
+    if op == "dispatch":
+        recorded = DispatchIntent.objects.filter(
+            effect_id=last["effect_id"], attempt_id=last["attempt_id"]
+        ).exists()
+        return "the dispatch was recorded" if recorded else "the dispatch was not recorded"
     task = Task.objects.get(pk=last["task_id"])
     landed = task.state == "COMMITTED" and str(task.attempt_id) == last["attempt_id"]
     return "the commit landed" if landed else "the commit did not land"
@@ -255,7 +260,7 @@ def test_invariants_hold_over_a_history_with_pauses_kills_terminated_connections
             revised[change[0]] = change[1]
             faults["input revised mid-flight"] += 1
         time.sleep(0.8)
-        fate = kill_mid_commit(procs[killed], logs[killed])
+        fate = kill_mid(procs[killed], logs[killed], "commit")
         faults[f"SIGKILL during a commit request ({fate})"] += 1
         log = tmp_path / f"{workers[killed].name}.{rounds}.jsonl"  # restarted under the same identity
         logs.append(log)
@@ -384,11 +389,20 @@ def test_invariants_hold_with_effects_lost_replies_killed_job_workers_a_fence_jo
                 jobs.kill_and_restart()
                 faults["SIGKILL the Celery worker during deliver_dispatch"] += 1
 
-            paused = procs[rng.randrange(len(procs))]
-            os.kill(paused.pid, signal.SIGSTOP)  # past its 2-second lease
+            paused, killed = rng.sample(range(len(procs)), 2)
+            os.kill(procs[paused].pid, signal.SIGSTOP)  # past its 2-second lease
             time.sleep(2.5)
-            os.kill(paused.pid, signal.SIGCONT)
+            os.kill(procs[paused].pid, signal.SIGCONT)
             faults["SIGSTOP 2.5 s"] += 1
+
+            # A worker SIGKILLed while its dispatch request is in flight, restarted under the same identity.
+            fate = kill_mid(procs[killed], logs[killed], "dispatch")
+            faults[f"SIGKILL a worker during a dispatch request ({fate})"] += 1
+            log = tmp_path / f"{workers[killed].name}.{rounds}.jsonl"
+            logs.append(log)
+            procs[killed] = spawn_workers(
+                url, [workers[killed]], [log], effect_target.url, seconds=max(1, end - time.monotonic())
+            )[0]
 
             at_kill, runs = fence_through_the_job_killing_its_worker(jobs, oncall, rounds)
             faults[

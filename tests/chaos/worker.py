@@ -168,6 +168,7 @@ def side_effect(cp, effects: httpx.Client, claim, kind: str, target: str, record
         else:
             ticket = cp.prepare(claim, "notify", payload)
             if ticket.outcome == "PREPARED":
+                record("dispatch", started, status=-1, outcome="SENT", effect_id=ticket.effect_id, **ids)
                 cp.dispatch(claim, ticket.effect_id, payload, target=f"{target}/notify")
             record("dispatch", started, status=200, outcome=ticket.outcome, effect_id=ticket.effect_id, **ids)
         return True
