@@ -74,7 +74,7 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         label: DrainSnapshot.objects.filter(namespace=ns.name, pool=pool).order_by("-taken_at").first()
         for label, pool in (("legacy pool", "legacy"), ("whole namespace", ""))
     }
-    fences = FenceRequest.objects.filter(namespace=ns.name).order_by("-requested_at")[:5]
+    fence_requests = FenceRequest.objects.filter(namespace=ns.name).order_by("-requested_at")[:5]
     return {
         "ns": ns,
         "steps": steps,
@@ -84,7 +84,7 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         "coverage": selectors.coverage(ns),
         "drains": drains,
         "rollback": Rollback.objects.filter(namespace=ns.name).order_by("-started_at").first(),
-        "fences": fences,
+        "fences": fence_requests,
         "changes": StageChange.objects.filter(namespace=ns.name).order_by("-at")[:10],
         "last_gates": [
             GateEvaluation.objects.filter(namespace=ns.name, move=f"{a} → {b}").order_by("-at").first()
@@ -165,9 +165,8 @@ def fence(request: HttpRequest, ns: str) -> HttpResponse:
                 request,
                 "Fence requested. The new epoch and the self-check appear under Fences when its job finishes.",
             )
-        except (
-            OperationalError
-        ):  # the broker: the request is kept, and resend_fences sends it when it is back
+        except OperationalError:
+            # The broker is down: the request is kept, and resend_fences sends it when the queue is back.
             messages.warning(
                 request,
                 "Fence recorded, but the job queue is unreachable: it runs when the queue is back. To fence now, "

@@ -360,17 +360,31 @@ def _redis_broker() -> str | None:
     return url
 
 
+def process_database_url() -> str:
+    """The test database as a DATABASE_URL, for the server and worker processes the tests start."""
+    db = connection.settings_dict
+    return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+# Job workers that give up on a dead sender's delivery or fence quickly enough for a test (the dispatch window must
+# stay above three timeouts, settings/base.py).
+FAST_RESEND_ENV = {
+    "DISPATCH_TIMEOUT_SECONDS": "2",
+    "DISPATCH_RESEND_AFTER_SECONDS": "7",
+    "FENCE_RESEND_AFTER_SECONDS": "1",
+}
+
+
 class CeleryWorkers:
     """Real ``celery worker`` processes on the Redis broker, against the test database: start several, kill one
     with SIGKILL mid-job, start another. Each writes its output to a file (``log()``), never to a pipe that could
     fill and stall it."""
 
     def __init__(self, broker: str, log_dir: Path):
-        db = connection.settings_dict
         self.env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "controlplane.settings.test",
-            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+            "DATABASE_URL": process_database_url(),
             "CELERY_BROKER_URL": broker,
             "CELERY_TASK_ALWAYS_EAGER": "false",
         }

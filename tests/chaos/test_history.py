@@ -47,7 +47,14 @@ from claims.tasks import redeliver_dispatches
 from rollout import fences
 from rollout.models import DrainSnapshot, FenceRequest, Rollback
 from rollout.tasks import advance_rollback, fence_epoch, resend_fences
-from tests.conftest import ensure_default_namespace, make_actor, row_locked, wait_for
+from tests.conftest import (
+    FAST_RESEND_ENV,
+    ensure_default_namespace,
+    make_actor,
+    process_database_url,
+    row_locked,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SECONDS = float(os.environ.get("CHAOS_SECONDS", "8"))
@@ -63,13 +70,12 @@ def _free_port() -> int:
 @contextmanager
 def running_server(**extra_env: str) -> Iterator[str]:
     """``manage.py runserver`` in its own process on the test database; yields its URL."""
-    db = connection.settings_dict
     port = _free_port()
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "controlplane.settings.test",
         "DEBUG": "false",
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+        "DATABASE_URL": process_database_url(),
         "DATABASE_CONN_MAX_AGE": "60",
         **extra_env,
     }
@@ -449,23 +455,16 @@ def test_invariants_hold_with_effects_lost_replies_killed_job_workers_a_fence_jo
     )
 
 
-JOBS_ENV = {
-    "DISPATCH_TIMEOUT_SECONDS": "2",
-    "DISPATCH_RESEND_AFTER_SECONDS": "7",
-    "FENCE_RESEND_AFTER_SECONDS": "1",
-}
-
-
 class JobWorker:
     """The control plane's one Celery worker process (Redis, the test database), killed and replaced at will."""
 
     def __init__(self, workers):
         self.workers = workers
-        self.proc = workers.start(**JOBS_ENV)
+        self.proc = workers.start(**FAST_RESEND_ENV)
 
     def kill_and_restart(self) -> None:
         self.workers.kill(self.proc)
-        self.proc = self.workers.start(**JOBS_ENV)
+        self.proc = self.workers.start(**FAST_RESEND_ENV)
 
 
 def fence_through_the_job_killing_its_worker(jobs: JobWorker, oncall, n: int) -> tuple[str, int]:

@@ -22,7 +22,7 @@ from claims.tasks import deliver_dispatch, redeliver_dispatches
 from rollout import fences
 from rollout.models import FenceRequest, Rollback, StageChange
 from rollout.tasks import advance_rollback, fence_epoch, resend_fences
-from tests.conftest import make_actor, row_locked, wait_for, wait_for_lock_waiters
+from tests.conftest import FAST_RESEND_ENV, make_actor, row_locked, wait_for, wait_for_lock_waiters
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -42,7 +42,7 @@ def wait_until_no_backend_holds_an_advisory_lock() -> None:
 def test_a_fence_job_killed_before_its_fence_commits_is_run_again_and_fences_once(celery_workers):
     operator, oncall = make_actor("olivia-operator", "operator"), make_actor("oscar-oncall", "oncall")
     operator.create(node_id="probe")
-    first = celery_workers.start(FENCE_RESEND_AFTER_SECONDS="1")
+    first = celery_workers.start(**FAST_RESEND_ENV)
     request = fences.fence_request(
         principal=Principal.objects.get(name=oncall.name), namespace="default", reason="drill"
     )
@@ -56,7 +56,7 @@ def test_a_fence_job_killed_before_its_fence_commits_is_run_again_and_fences_onc
     assert (namespace.scheduler_epoch, namespace.claims_paused) == (1, False)  # nothing of it committed
     assert FenceRequest.objects.get().status == "PENDING"
 
-    celery_workers.start(FENCE_RESEND_AFTER_SECONDS="1")
+    celery_workers.start(**FAST_RESEND_ENV)
     wait_until_no_backend_holds_an_advisory_lock()
     time.sleep(1.1)  # older than FENCE_RESEND_AFTER_SECONDS
     resend_fences.delay()
@@ -72,7 +72,7 @@ def test_a_fence_job_killed_before_its_fence_commits_is_run_again_and_fences_onc
 def test_a_fence_job_killed_during_its_self_check_is_finished_without_a_second_bump(celery_workers):
     operator, oncall = make_actor("olivia-operator", "operator"), make_actor("oscar-oncall", "oncall")
     probe = operator.create(node_id="probe").json()["task_id"]  # the oldest task: the self-check's probe
-    first = celery_workers.start(FENCE_RESEND_AFTER_SECONDS="1")
+    first = celery_workers.start(**FAST_RESEND_ENV)
     request = fences.fence_request(
         principal=Principal.objects.get(name=oncall.name), namespace="default", reason="drill"
     )
@@ -84,7 +84,7 @@ def test_a_fence_job_killed_during_its_self_check_is_finished_without_a_second_b
         celery_workers.kill(first)
 
     assert FenceRequest.objects.get().status == "FENCED"
-    celery_workers.start(FENCE_RESEND_AFTER_SECONDS="1")
+    celery_workers.start(**FAST_RESEND_ENV)
     wait_until_no_backend_holds_an_advisory_lock()
     time.sleep(1.1)
     resend_fences.delay()
@@ -137,8 +137,7 @@ def test_a_delivery_killed_while_the_target_acts_is_sent_again_under_the_same_ke
     task_id = operator.create(node_id="notify").json()["task_id"]
     claim = worker.claim(task_id, ttl=60).json()
     key = worker.prepare(claim, "email", {"to": "ops"}).json()["effect_id"]
-    settings_env = {"DISPATCH_TIMEOUT_SECONDS": "2", "DISPATCH_RESEND_AFTER_SECONDS": "7"}
-    first = celery_workers.start(**settings_env)
+    first = celery_workers.start(**FAST_RESEND_ENV)
     effect_target.mode, effect_target.slow_seconds = "slow", 1.5
 
     worker.dispatch(claim, key, {"to": "ops"}, effect_target.url + "/send")
@@ -148,7 +147,7 @@ def test_a_delivery_killed_while_the_target_acts_is_sent_again_under_the_same_ke
     intent = DispatchIntent.objects.get()
     assert (intent.state, Effect.objects.get(pk=key).state) == ("SENDING", "PREPARED")
     effect_target.mode = "ok"
-    celery_workers.start(**settings_env)
+    celery_workers.start(**FAST_RESEND_ENV)
     redeliver_dispatches.delay()  # too early: the dead sender's window has not passed
     time.sleep(1.0)
     assert DispatchIntent.objects.get().state == "SENDING" and effect_target.count(key) == 1
