@@ -97,6 +97,12 @@ class ClaimsPaused(Conflict):
     outcome = "CLAIMS_PAUSED"
 
 
+class PauseHeld(Conflict):
+    """Resume refused: the pause belongs to a process that has not ended (a rollback draining); it lifts it."""
+
+    outcome = "PAUSE_HELD"
+
+
 class VersionMismatch(Conflict):
     outcome = "VERSION_MISMATCH"
 

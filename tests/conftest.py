@@ -342,6 +342,24 @@ def wait_for_lock_waiters(count: int, timeout: float = 20.0) -> None:
     raise AssertionError(f"fewer than {count} transactions waited on a lock within {timeout}s")
 
 
+def wait_done_or_waiting(box: dict, waiters: int, timeout: float = 20.0) -> None:
+    """Poll until the competitor started with ``run_in_thread`` has either finished (its box is filled) or queued
+    behind a lock (``waiters`` backends wait): each is a valid order to resume the paused party from."""
+    deadline = time.monotonic() + timeout
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            if box:
+                return
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'"
+            )
+            if cursor.fetchone()[0] >= waiters:
+                return
+            time.sleep(0.01)
+    raise AssertionError(f"the competitor neither finished nor waited on a lock within {timeout}s")
+
+
 # --- a real Celery worker process ---------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,6 +26,8 @@ class EffectTarget:
         self.drop_rate = 0.0
         self.delays: dict[str, float] = {}
         self.fence_paths: set[str] = set()
+        # path → Event: a call to that path is recorded (the target has acted) and its reply waits for the event
+        self.holds: dict[str, threading.Event] = {}
         self.refused: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self._rng = random.Random(7)
         self._lock = threading.Lock()
@@ -70,6 +72,9 @@ class EffectTarget:
                     self._reply(409, json.dumps({"error": "stale claim generation"}))
                     return
                 time.sleep(target.delays.get(self.path, 0))
+                hold = target.holds.get(self.path)
+                if hold is not None:
+                    hold.wait(30)
                 if mode == "drop_reply":
                     self.close_connection = True  # acted, but the caller never hears back
                     return

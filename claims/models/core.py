@@ -34,6 +34,8 @@ class Namespace(models.Model):
     claims_paused = models.BooleanField(default=False)
     stage = models.CharField(max_length=16, choices=Stage.choices, default=Stage.V1_ONLY)
     min_protocol = models.CharField(max_length=16, choices=Protocol.choices, default=Protocol.LEGACY)
+    # Who alone may lift the pause ("rollback:<id>"), or "": while it is set, resume is refused (PAUSE_HELD).
+    pause_hold = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 

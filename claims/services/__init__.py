@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._base import unvalidated
+from ._base import namespace_lock, synthetic, unvalidated
 from .dispatch import Delivery, dispatch_deliver
 from .effects import (
     Prepared,
@@ -13,7 +13,13 @@ from .effects import (
     effect_record_outcome,
 )
 from .leases import ClaimGrant, leases_reap, task_claim, task_claim_next, task_release, task_renew
-from .namespaces import epoch_fence, namespace_create, namespace_resume, namespace_set_stage
+from .namespaces import (
+    epoch_fence,
+    namespace_create,
+    namespace_release_hold,
+    namespace_resume,
+    namespace_set_stage,
+)
 from .principals import IssuedToken, hash_token, token_issue
 from .resources import ResourceView, resource_check, resource_create, resource_delete, resource_get
 from .results import Committed, Staged, result_stage, task_commit
@@ -42,6 +48,8 @@ __all__ = [
     "hash_token",
     "leases_reap",
     "namespace_create",
+    "namespace_lock",
+    "namespace_release_hold",
     "namespace_resume",
     "namespace_set_stage",
     "result_stage",
@@ -55,5 +63,6 @@ __all__ = [
     "task_requeue",
     "task_revise_input",
     "token_issue",
+    "synthetic",
     "unvalidated",
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -21,7 +21,7 @@ from . import _sql
 
 @dataclass(frozen=True)
 class NamespaceHold:
-    """The namespace row as read under a share lock, and the database's clock at that moment."""
+    """The namespace row as read under its lock, and the database's clock read once the locks were held."""
 
     id: int
     name: str
@@ -29,10 +29,46 @@ class NamespaceHold:
     claims_paused: bool
     stage: str
     now: datetime
+    pause_hold: str = ""
+
+    def at(self, db_now: datetime | None) -> NamespaceHold:
+        """The same hold, judged on a clock read later — after a further lock was taken (``locked_rows``)."""
+        return replace(self, now=clock.from_db(db_now))
 
 
 _NS = Namespace._meta.db_table
 _TASK = Task._meta.db_table
+
+
+def after_locks(sql: str) -> str:
+    """Wrap a locking SELECT so that the database clock is read once its row locks are held.
+
+    ``statement_timestamp()`` is the instant a statement *started*: a statement that waited on a row lock would
+    judge a lease on a clock from before the wait, and a lease that ran out meanwhile — while another
+    transaction took the task or its resource — would still look live. The materialised CTE takes the locks;
+    the outer SELECT evaluates ``clock_timestamp()`` per row it reads from the CTE, that is after the lock is
+    held. One statement, one round trip. On SQLite (writers serialised whole by BEGIN IMMEDIATE) the server's
+    clock is read in Python: NULL here."""
+    if not _sql.is_postgres():
+        return f"SELECT locked.*, NULL AS db_now FROM ({sql}) locked"
+    return f"WITH locked AS MATERIALIZED ({sql}) SELECT locked.*, clock_timestamp() AS db_now FROM locked"
+
+
+def locked_rows(
+    model: type, where: str, params: list[Any], *, order: str, lock: str
+) -> tuple[list[Any], Any]:
+    """Rows of ``model`` matching ``where``, locked in ``order`` (the documented lock order's tie-break), and the
+    database clock read after the locks are held (None on SQLite: ``NamespaceHold.at`` reads the server's)."""
+    table = model._meta.db_table
+    inner = f"SELECT * FROM {table} WHERE {where} ORDER BY {order}{_sql.lock_clause(lock)}"
+    rows = _sql.load(model, after_locks(inner), params)
+    if rows:
+        return rows, rows[0].db_now
+    if not _sql.is_postgres():
+        return rows, None
+    with connection.cursor() as cursor:  # nothing to lock: the clock now is after every lock we hold
+        cursor.execute("SELECT clock_timestamp()")
+        return rows, cursor.fetchone()[0]
 
 
 def hold_namespace(*, name: str | None = None, task_id: str | None = None) -> NamespaceHold:
@@ -41,19 +77,31 @@ def hold_namespace(*, name: str | None = None, task_id: str | None = None) -> Na
     On PostgreSQL the row is taken FOR SHARE: an epoch fence UPDATEs it, so a fence waits for every decision
     already in flight, and every decision that starts after the fence reads the new epoch. This closes the race
     in which a claim or commit reads epoch N, a fence commits N+1, and the old-epoch decision lands afterwards.
+    The clock is read after the lock is held (``after_locks``).
     SQLite runs each transaction BEGIN IMMEDIATE, so writers are serialised whole and no lock is needed.
     Raises NotFound for an unknown namespace or task.
     """
+    return _namespace_row(name=name, task_id=task_id, lock="FOR SHARE")
+
+
+def namespace_lock(*, name: str) -> NamespaceHold:
+    """The namespace row FOR NO KEY UPDATE — the strongest lock any service takes on it, taken first by every
+    service that writes the row (fence, resume, stage changes), never after a FOR SHARE of the same row: two
+    transactions that both hold FOR SHARE and then both ask to upgrade deadlock. Clock read after the lock."""
+    return _namespace_row(name=name, task_id=None, lock="FOR NO KEY UPDATE")
+
+
+def _namespace_row(*, name: str | None, task_id: str | None, lock: str) -> NamespaceHold:
     if task_id is not None:
         where, param = f"n.id = (SELECT t.namespace_id FROM {_TASK} t WHERE t.task_id = %s)", task_id
     else:
         where, param = "n.name = %s", name
-    if connection.vendor == "postgresql":
-        sql = f"SELECT n.id, n.name, n.scheduler_epoch, n.claims_paused, n.stage, statement_timestamp() FROM {_NS} n WHERE {where} FOR SHARE"
-    else:
-        sql = f"SELECT n.id, n.name, n.scheduler_epoch, n.claims_paused, n.stage, NULL FROM {_NS} n WHERE {where}"
+    inner = (
+        f"SELECT n.id, n.name, n.scheduler_epoch, n.claims_paused, n.stage, n.pause_hold FROM {_NS} n "
+        f"WHERE {where}{_sql.lock_clause(lock)}"
+    )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [param])
+        cursor.execute(after_locks(inner), [param])
         row = cursor.fetchone()
     if row is None:
         raise NotFound("no such task" if task_id is not None else f"no such namespace: {name}")
@@ -63,27 +111,29 @@ def hold_namespace(*, name: str | None = None, task_id: str | None = None) -> Na
         scheduler_epoch=row[2],
         claims_paused=bool(row[3]),
         stage=row[4],
-        now=clock.from_db(row[5]),
+        pause_hold=row[5],
+        now=clock.from_db(row[6]),
     )
 
 
 def hold_task(task_id: str) -> tuple[NamespaceHold, Task]:
-    """The task row FOR NO KEY UPDATE and its namespace FOR SHARE, with the database clock, in one statement.
+    """The task row FOR NO KEY UPDATE and its namespace FOR SHARE in one statement, then the database clock.
 
     The task lock: the decision and the write that follows it see one version of the row, and a concurrent
     writer of the same task waits for this transaction (then re-reads the new version). The namespace lock is
-    ``hold_namespace``'s. Nothing takes a namespace row exclusively and then waits for a task row (an epoch
-    fence touches attempts, never tasks), so taking both in one statement cannot deadlock.
-    Raises NotFound for an unknown task.
+    ``hold_namespace``'s. The clock is read after both locks are held (``after_locks``), so a lease is judged on
+    the instant the decision is made, not on the instant the statement began to wait. Nothing takes a namespace
+    row exclusively and then waits for a task row (an epoch fence touches attempts, never task locks), so taking
+    both in one statement cannot deadlock. Raises NotFound for an unknown task.
     """
     pg = _sql.is_postgres()
-    sql = (
+    inner = (
         f"SELECT t.*, n.name AS ns_name, n.scheduler_epoch AS ns_epoch, n.claims_paused AS ns_paused, "
-        f"n.stage AS ns_stage, {'statement_timestamp()' if pg else 'NULL'} AS db_now "
+        f"n.stage AS ns_stage, n.pause_hold AS ns_hold "
         f"FROM {_TASK} t JOIN {_NS} n ON n.id = t.namespace_id WHERE t.task_id = %s"
         + (" FOR NO KEY UPDATE OF t FOR SHARE OF n" if pg else "")
     )
-    rows = _sql.load(Task, sql, [task_id])
+    rows = _sql.load(Task, after_locks(inner), [task_id])
     if not rows:
         raise NotFound("no such task")
     task = rows[0]
@@ -93,6 +143,7 @@ def hold_task(task_id: str) -> tuple[NamespaceHold, Task]:
         scheduler_epoch=task.ns_epoch,
         claims_paused=bool(task.ns_paused),
         stage=task.ns_stage,
+        pause_hold=task.ns_hold,
         now=clock.from_db(task.db_now),
     )
     return ns, task
@@ -111,6 +162,19 @@ def task_current(task: Task, ns: NamespaceHold) -> dict[str, Any]:
 
 
 _validated: contextvars.ContextVar[bool] = contextvars.ContextVar("claims_validated", default=True)
+_synthetic: contextvars.ContextVar[bool] = contextvars.ContextVar("claims_synthetic", default=False)
+
+
+@contextmanager
+def synthetic() -> Iterator[None]:
+    """Requests made inside this block are the control plane's own probes (the fence's self-check): their
+    rejection is not traffic, so it is neither logged on a timeline nor counted at an acceptance point — a
+    synthetic check never counts toward a gate."""
+    token = _synthetic.set(True)
+    try:
+        yield
+    finally:
+        _synthetic.reset(token)
 
 
 @contextmanager
@@ -227,7 +291,7 @@ class RejectionLog:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
-        if isinstance(exc, Conflict) and self.namespace_id is not None:
+        if isinstance(exc, Conflict) and self.namespace_id is not None and not _synthetic.get():
             with transaction.atomic(durable=True):
                 append_event(
                     EventKind.FENCED,

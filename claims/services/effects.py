@@ -27,6 +27,7 @@ from ..errors import (
     Cancelled,
     Fenced,
     Forbidden,
+    Invalid,
     InvalidTransition,
     NotFound,
     NotUnknown,
@@ -47,9 +48,9 @@ from ..models import (
     Task,
     TaskState,
 )
-from ._base import NamespaceHold, RejectionLog, append_event, audit, hold_task, task_current
+from ._base import NamespaceHold, RejectionLog, append_event, audit, hold_task, locked_rows, task_current
 from .leases import check_authority, resolve_attempt
-from .resources import check_dispatch_resources
+from .resources import check_dispatch_resources, lock_keys
 
 E = EffectState
 
@@ -158,10 +159,12 @@ class _Request:
 
 @contextmanager
 def _at_effect_point(
-    request: _Request, task_id: str, *, authorise: bool
-) -> Iterator[tuple[NamespaceHold, Task]]:
+    request: _Request, task_id: str, *, effect_id: str | None = None, effect_slot: str = ""
+) -> Iterator[tuple[NamespaceHold, Task, Effect | None]]:
     """One effect call: a request at the `effect` acceptance point (a refusal is logged as a `fenced` event), in
-    one transaction holding the task row and its namespace; authorised first unless the caller decides when."""
+    one transaction holding, in the documented order, the task row with its namespace and then the effect row
+    (named, or the slot's) — and the clock read after both. The caller authorises once every lock it needs is
+    held, so authority is judged on what the locks keep still."""
     log = RejectionLog(
         AcceptancePoint.EFFECT,
         principal=request.principal,
@@ -174,9 +177,9 @@ def _at_effect_point(
     with log, transaction.atomic(durable=True):
         ns, task = hold_task(task_id)
         log.namespace_id = ns.id
-        if authorise:
-            request.authorise(task, ns)
-        yield ns, task
+        eid = effect_id or make_effect_id(task.task_id, task.node_id, effect_slot)
+        rows, db_now = locked_rows(Effect, "effect_id = %s", [eid], order="effect_id", lock="FOR UPDATE")
+        yield ns.at(db_now), task, rows[0] if rows else None
 
 
 def effect_authority(
@@ -240,9 +243,9 @@ def effect_prepare(
     A NON_REPLAYABLE task's effect answers APPROVAL_REQUIRED (202) until an operator approves it.
     """
     request = _Request(principal, attempt_id, claim_generation, scheduler_epoch, owner_id)
-    with _at_effect_point(request, task_id, authorise=True) as (ns, task):
+    with _at_effect_point(request, task_id, effect_slot=effect_slot) as (ns, task, effect):
+        request.authorise(task, ns)
         eid = make_effect_id(task.task_id, task.node_id, effect_slot)
-        effect = _lock_effect(eid)
         created = effect is None
         if created:
             # The task row lock serialises every prepare of this task, so the insert cannot race another.
@@ -345,13 +348,18 @@ def _transition(
     )
 
 
-def _took_part(effect: Effect, attempt_id: uuid.UUID) -> bool:
-    """Whether ``attempt_id`` prepared or dispatched this effect (its report is accepted even once fenced)."""
+# Ledger entries by which an attempt (or an operator) acts on an effect; an approval or an ignored delivery is not.
+_ACTS_ON_EFFECT = ["prepared", "prepare_seen", "dispatch_recorded", "delivered", "outcome", "reconciled"]
+
+
+def _last_to_act(effect: Effect) -> Any:
+    """The attempt (None for an operator) whose entry is the newest act on the effect's ledger — read under the
+    effect row's lock, which every ledger writer holds."""
     return (
-        EffectEvent.objects.filter(
-            effect=effect, attempt_id=attempt_id, kind__in=["prepared", "prepare_seen"]
-        ).exists()
-        or DispatchIntent.objects.filter(effect=effect, attempt_id=attempt_id).exists()
+        EffectEvent.objects.filter(effect=effect, kind__in=_ACTS_ON_EFFECT)
+        .order_by("-id")
+        .values_list("attempt_id", flat=True)
+        .first()
     )
 
 
@@ -367,12 +375,25 @@ def effect_record_outcome(
     external_ref: str | None = None,
 ) -> Effect:
     """Record what happened at the target: COMMITTED, FAILED (a definite refusal) or UNKNOWN (a timeout — never
-    FAILED). Allowed from PREPARED or UNKNOWN. An outcome is a report, so the attempt that prepared or dispatched
-    the effect may report even after it was fenced; any other attempt needs full authority."""
+    FAILED). Allowed from PREPARED or UNKNOWN.
+
+    Whose report counts, decided under the task and effect row locks:
+    - the task's current attempt, with full authority (CANCELLED / FENCED otherwise);
+    - an older attempt — fenced, expired, replaced — only about its own part: while its entry is still the newest
+      act on the effect's ledger. Once anyone else has acted on the effect since (a replacement prepared it,
+      reconciled it, dispatched it; an operator reconciled it), the report is about a past the effect has moved
+      on from, and is FENCED (ATTEMPT): it could otherwise fail the replacement's delivery in flight and let the
+      target act twice (A23).
+    - nobody while a dispatch intent is in flight: the dispatcher owns that delivery's outcome
+      (INVALID_TRANSITION, DISPATCH_IN_FLIGHT).
+    """
+    if state not in _EVENT_FOR_STATE:
+        raise Invalid({"state": ["Must be one of COMMITTED, UNKNOWN, FAILED."]})
     task_id = _task_of(effect_id)
     request = _Request(principal, attempt_id, claim_generation, scheduler_epoch, owner_id)
-    with _at_effect_point(request, task_id, authorise=False) as (ns, task):
-        effect = _lock_effect(effect_id)
+    with _at_effect_point(request, task_id, effect_id=effect_id) as (ns, task, effect):
+        if effect is None:
+            raise NotFound("no such effect")
         if owner_id != principal.owner_id:
             raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
         attempt_owner = (
@@ -380,11 +401,25 @@ def effect_record_outcome(
         )
         if attempt_owner is not None and attempt_owner != principal.owner_id:
             raise Forbidden(f"attempt {attempt_id} is not {principal.owner_id!r}'s")
-        if attempt_owner is None or not _took_part(effect, attempt_id):
+        if attempt_owner is None or attempt_id == task.attempt_id:
             request.authorise(task, ns)
+        elif _last_to_act(effect) != attempt_id:
+            raise Fenced(
+                "the effect has moved on since this attempt acted on it: its report is not about the effect now",
+                reason="ATTEMPT",
+                current={**task_current(task, ns), **effect_current(effect)},
+            )
         if effect.state not in _OUTCOME_FROM:
             raise InvalidTransition(
                 f"an outcome cannot follow {effect.state}", current=effect_current(effect)
+            )
+        if DispatchIntent.objects.filter(
+            effect=effect, state__in=[DispatchState.PENDING, DispatchState.SENDING]
+        ).exists():
+            raise InvalidTransition(
+                "a dispatch of this effect is in flight: its delivery records the outcome",
+                reason="DISPATCH_IN_FLIGHT",
+                current=effect_current(effect),
             )
         _transition(
             effect,
@@ -423,10 +458,13 @@ def effect_reconcile(
     PREPARED (to be executed under the same key). Only from UNKNOWN (NOT_UNKNOWN otherwise). By the task's
     current attempt (a worker, with full authority) or by an operator, audited — how the drain's UNKNOWN backlog
     is cleared when no attempt is live."""
+    if observed not in ("OCCURRED", "NOT_OCCURRED"):
+        raise Invalid({"observed": ["Must be OCCURRED or NOT_OCCURRED."]})
     task_id = _task_of(effect_id)
     request = _Request(principal, attempt_id, claim_generation, scheduler_epoch, owner_id)
-    with _at_effect_point(request, task_id, authorise=False) as (ns, task):
-        effect = _lock_effect(effect_id)
+    with _at_effect_point(request, task_id, effect_id=effect_id) as (ns, task, effect):
+        if effect is None:
+            raise NotFound("no such effect")
         if principal.role == Role.WORKER:
             request.authorise(task, ns)
         if effect.state != E.UNKNOWN:
@@ -528,8 +566,14 @@ def effect_dispatch(
     """
     task_id = _task_of(effect_id)
     request = _Request(principal, attempt_id, claim_generation, scheduler_epoch, owner_id)
-    with _at_effect_point(request, task_id, authorise=True) as (ns, task):
-        effect = _lock_effect(effect_id)
+    with _at_effect_point(request, task_id, effect_id=effect_id) as (ns, task, effect):
+        if effect is None:
+            raise NotFound("no such effect")
+        keys = []
+        if task.resources:  # the last lock of the order (after task and effect); the clock is read after it
+            keys, db_now = lock_keys(sorted(task.resources), lock="FOR SHARE")
+            ns = ns.at(db_now)
+        request.authorise(task, ns)
         in_flight = DispatchIntent.objects.filter(
             effect=effect, state__in=[DispatchState.PENDING, DispatchState.SENDING]
         ).first()
@@ -568,7 +612,7 @@ def effect_dispatch(
                     current=effect_current(effect),
                 )
         fences = Attempt.objects.filter(pk=attempt_id).values_list("fences", flat=True).first() or {}
-        check_dispatch_resources(task, attempt_fences=fences)
+        check_dispatch_resources(keys, attempt_fences=fences)
         interleave.reach("effect_dispatch.checked")
         intent = DispatchIntent.objects.create(
             effect=effect,

@@ -36,7 +36,7 @@ from ._base import (
     new_event,
     task_current,
 )
-from .resources import take_fences
+from .resources import check_renew_resources, lock_keys, take_fences
 
 
 @dataclass(frozen=True)
@@ -121,15 +121,17 @@ def task_claim(
     ttl_seconds: int,
     expected_state_version: int | None = None,
 ) -> ClaimGrant:
-    """Claim one task. One transaction:
+    """Claim one task. One transaction, every decision on what the task lock holds still:
 
-    1. Hold the namespace's epoch (FOR SHARE) and read the database clock.
-    2. Read the task; refuse in the contract's order: FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH,
+    1. Lock the task row FOR NO KEY UPDATE with its namespace FOR SHARE (``hold_task``), then read the database
+       clock. A renew, release, commit or another claim of this task in flight is waited for, so "the lease has
+       expired" is judged on the version we write over — a renew that answered RENEWED a moment ago is seen —
+       and on the instant the lock was granted, not the instant we began waiting.
+    2. Refuse in the contract's order: FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH,
        NOT_CLAIMABLE (STATE | LEASE_LIVE).
-    3. Compare-and-set the row on the (claim_generation, state_version) we read. Exactly one of N concurrent
-       claimers updates one row; the others' UPDATE waits on the winner's row lock, re-checks its WHERE against
-       the new version, matches nothing, and re-reads — and now sees the winner's live lease.
-    4. The winner ends the previous attempt, creates its own, appends `claimed` or `reclaimed`.
+    3. Write the claim; the WHERE carries the (claim_generation, state_version) we decided on, a second guard.
+    4. End the previous attempt, create our own, append `claimed` or `reclaimed`, take the resources' fences
+       (RESOURCE_HELD rolls everything back).
     """
     _check_lease_seconds("ttl_seconds", ttl_seconds)
     log = RejectionLog(
@@ -140,44 +142,38 @@ def task_claim(
         owner_id=owner_id,
     )
     with log, transaction.atomic(durable=True):
-        ns = hold_namespace(task_id=task_id)
+        ns, task = hold_task(task_id)
         log.namespace_id = ns.id
         _check_owner(principal, owner_id)
         _check_epoch_and_pause(ns, scheduler_epoch)
-        while True:
-            task = _sql.select_one(Task, {"task_id": task_id})
-            if task is None:  # tasks are never deleted; kept for completeness
-                raise NotFound("no such task")
-            if expected_state_version is not None and task.state_version != expected_state_version:
-                raise VersionMismatch(
-                    f"state_version is {task.state_version}, not {expected_state_version}",
-                    current=task_current(task, ns),
-                )
-            ok, reason = _claimable(task, ns)
-            if not ok:
-                raise NotClaimable(f"task is {task.state}", reason=reason, current=task_current(task, ns))
-            target = TaskState.CLAIMED
-            check_transition(task.state, target, "reclaim" if task.state == TaskState.CLAIMED else "claim")
-            interleave.reach("task_claim.read")
-            attempt_id = uuid.uuid4()
-            values = _claim_values(
-                task, ns=ns, owner_id=owner_id, ttl_seconds=ttl_seconds, attempt_id=attempt_id
+        if expected_state_version is not None and task.state_version != expected_state_version:
+            raise VersionMismatch(
+                f"state_version is {task.state_version}, not {expected_state_version}",
+                current=task_current(task, ns),
             )
-            won = _sql.update(
-                Task,
-                {
-                    "task_id": task_id,
-                    "claim_generation": task.claim_generation,
-                    "state_version": task.state_version,
-                },
-                **values,
-            )
-            if won == 1:
-                break
-            # Lost the compare-and-set: another transaction changed the row since we read it. Decide again.
+        ok, reason = _claimable(task, ns)
+        if not ok:
+            raise NotClaimable(f"task is {task.state}", reason=reason, current=task_current(task, ns))
+        check_transition(
+            task.state, TaskState.CLAIMED, "reclaim" if task.state == TaskState.CLAIMED else "claim"
+        )
+        interleave.reach("task_claim.read")
+        values = _claim_values(
+            task, ns=ns, owner_id=owner_id, ttl_seconds=ttl_seconds, attempt_id=uuid.uuid4()
+        )
+        won = _sql.update(
+            Task,
+            {
+                "task_id": task_id,
+                "claim_generation": task.claim_generation,
+                "state_version": task.state_version,
+            },
+            **values,
+        )
+        assert won == 1, "a locked row changed under us"
         previous = _previous_claim(task, ns) if task.state == TaskState.CLAIMED else None
         _apply(task, values)
-        # RESOURCE_HELD here rolls the whole transaction back, the compare-and-set included.
+        # RESOURCE_HELD here rolls the whole transaction back, the claim's write included.
         fences, kept = take_fences(task, ns=ns)
         grant = _grant(task, previous=previous, ns=ns, principal=principal, fences=fences, kept=kept)
     return grant
@@ -494,6 +490,10 @@ def task_renew(
         log.namespace_id = ns.id
         _check_owner(principal, owner_id)
         granted_epoch = resolve_attempt(task, attempt_id, principal)
+        keys = []
+        if task.resources:  # locked before anything is decided; the clock is read after them
+            keys, db_now = lock_keys(sorted(task.resources), lock="FOR SHARE")
+            ns = ns.at(db_now)
         if task.state == TaskState.CANCELLED or cancel_generation != task.cancel_generation:
             raise Cancelled("the task was cancelled", current=task_current(task, ns))
         check_authority(
@@ -507,6 +507,8 @@ def task_renew(
         )
         if task.lease_expires_at <= ns.now:
             raise Expired("the lease ran out: claim again", current=task_current(task, ns))
+        check_renew_resources(task, keys)
+        interleave.reach("task_renew.checked")
         task.lease_expires_at = ns.now + timedelta(seconds=extend_seconds)
         task.updated_at = ns.now
         _sql.together(
@@ -607,12 +609,21 @@ def leases_reap(*, limit: int = 500) -> int:
     """Record `lease_expired` once for every claim whose lease ran out and that nobody has reclaimed yet (the task
     stays CLAIMED; the next claim is a reclaim). Keeps timelines and the frontier's story accurate and feeds the
     reclamation-latency metric. Idempotent: an attempt already reaped is skipped. Returns how many it recorded."""
+    with transaction.atomic(durable=True):
+        return _reap(limit)
+
+
+def _reap(limit: int) -> int:
+    # The expired rows are locked (SKIP LOCKED: a renew or claim deciding on one now is passed over, not waited
+    # for), so a renew cannot commit between our read and our `lease_expired` — the timeline never says a lease
+    # ran out that was renewed. No lock wait, so the clock read first is still the decision's instant.
     now = clock.now()
     reaped = TaskEvent.objects.filter(
         kind=EventKind.LEASE_EXPIRED, task_id=OuterRef("pk"), attempt_id=OuterRef("attempt_id")
     )
     expired = list(
-        Task.objects.filter(state=TaskState.CLAIMED, lease_expires_at__lte=now)
+        Task.objects.select_for_update(skip_locked=True, no_key=True)
+        .filter(state=TaskState.CLAIMED, lease_expires_at__lte=now)
         .exclude(Exists(reaped))
         .values_list(
             "task_id",

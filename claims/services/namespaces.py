@@ -7,7 +7,7 @@ import uuid
 from django.db import IntegrityError, transaction
 
 from .. import clock
-from ..errors import NamespaceExists
+from ..errors import InvalidTransition, NamespaceExists, PauseHeld
 from ..models import (
     Attempt,
     AttemptEnd,
@@ -21,7 +21,7 @@ from ..models import (
     TaskEvent,
     TaskState,
 )
-from ._base import audit, hold_namespace, new_event
+from ._base import audit, namespace_lock, new_event
 
 
 def namespace_create(
@@ -50,41 +50,49 @@ def namespace_create(
 
 
 def epoch_fence(
-    *, principal: Principal, namespace: str, reason: str, fence_id: uuid.UUID | None = None
+    *,
+    principal: Principal,
+    namespace: str,
+    reason: str,
+    fence_id: uuid.UUID | None = None,
+    hold: str = "",
 ) -> Namespace:
     """Stop new claims and bump the epoch: every attempt granted before this moment is fenced at every
     acceptance point, whatever epoch it later sends.
 
     ``fence_id`` makes the fence idempotent: a job that died after the fence committed and runs again with the
     same id finds the fence recorded (under the namespace row lock, so two runs at once cannot both bump) and
-    changes nothing. ``selectors.fence_epoch_of(fence_id)`` tells which epoch that fence started.
+    changes nothing. ``selectors.fence_epoch_of(fence_id)`` tells which epoch that fence started. ``hold`` names
+    who alone may lift the pause (``namespace_release_hold``); until then resume is refused (PAUSE_HELD).
 
-    1. UPDATE the namespace row: pause, epoch + 1. The row lock waits for every decision in flight (they hold
-       it FOR SHARE), so none lands under the old epoch after this commits.
-    2. Mark the live attempts FENCED and append `epoch_fenced` to each of their tasks' timelines. The mark is a
+    1. Lock the namespace row FOR NO KEY UPDATE — first, never after a FOR SHARE of it (two fences or a fence
+       and a resume that both upgrade deadlock). The lock waits for every decision in flight (they hold it FOR
+       SHARE), so none lands under the old epoch after this commits.
+    2. Pause, epoch + 1 (and the hold, if given).
+    3. Mark the live attempts FENCED and append `epoch_fenced` to each of their tasks' timelines. The mark is a
        record; the refusal never depends on it — it compares epochs.
-    3. Audit, with the principal and reason.
+    4. Audit, with the principal and reason.
     """
     with transaction.atomic(durable=True):
-        ns = hold_namespace(name=namespace)
-        row = Namespace.objects.select_for_update(no_key=True).get(pk=ns.id)
+        ns = namespace_lock(name=namespace)
         if (
             fence_id is not None
             and AuditEntry.objects.filter(action="epoch_fence", target=f"fence:{fence_id}").exists()
         ):
-            return row
-        row.scheduler_epoch += 1
-        row.claims_paused = True
-        row.updated_at = ns.now
-        row.save(update_fields=["scheduler_epoch", "claims_paused", "updated_at"])
+            return Namespace.objects.get(pk=ns.id)
+        epoch = ns.scheduler_epoch + 1
+        changes = {"scheduler_epoch": epoch, "claims_paused": True, "updated_at": ns.now}
+        if hold and not ns.pause_hold:
+            changes["pause_hold"] = hold
+        Namespace.objects.filter(pk=ns.id).update(**changes)
         live = list(
             Task.objects.filter(
-                namespace_id=ns.id, state=TaskState.CLAIMED, scheduler_epoch__lt=row.scheduler_epoch
+                namespace_id=ns.id, state=TaskState.CLAIMED, scheduler_epoch__lt=epoch
             ).values_list("task_id", "attempt_id", "claim_generation", "scheduler_epoch", "owner_id")
         )
-        Attempt.objects.filter(
-            namespace_id=ns.id, ended_at__isnull=True, scheduler_epoch__lt=row.scheduler_epoch
-        ).update(ended_at=ns.now, end_reason=AttemptEnd.FENCED)
+        Attempt.objects.filter(namespace_id=ns.id, ended_at__isnull=True, scheduler_epoch__lt=epoch).update(
+            ended_at=ns.now, end_reason=AttemptEnd.FENCED
+        )
         TaskEvent.objects.bulk_create(
             [
                 new_event(
@@ -95,11 +103,11 @@ def epoch_fence(
                     principal=principal,
                     attempt_id=attempt_id,
                     claim_generation=generation,
-                    scheduler_epoch=epoch,
+                    scheduler_epoch=attempt_epoch,
                     owner_id=owner,
-                    detail={"reason": reason, "new_epoch": row.scheduler_epoch},
+                    detail={"reason": reason, "new_epoch": epoch},
                 )
-                for task_id, attempt_id, generation, epoch, owner in live
+                for task_id, attempt_id, generation, attempt_epoch, owner in live
             ]
         )
         audit(
@@ -109,41 +117,73 @@ def epoch_fence(
             namespace=namespace,
             target=f"fence:{fence_id}" if fence_id else "",
             reason=reason,
-            detail={"scheduler_epoch": row.scheduler_epoch, "fenced_attempts": len(live)},
+            detail={
+                "scheduler_epoch": epoch,
+                "fenced_attempts": len(live),
+                **({"hold": hold} if hold else {}),
+            },
         )
-    return row
+        return Namespace.objects.get(pk=ns.id)
 
 
 def namespace_resume(*, principal: Principal, namespace: str, reason: str = "") -> Namespace:
-    """Lift the pause. The epoch stays: attempts from before the fence stay fenced."""
+    """Lift the pause. The epoch stays: attempts from before the fence stay fenced. Refused (PAUSE_HELD) while
+    the pause is held — a rollback still draining holds it until it ends — whoever asks."""
     with transaction.atomic(durable=True):
-        ns = hold_namespace(name=namespace)
-        row = Namespace.objects.select_for_update(no_key=True).get(pk=ns.id)
-        was_paused = row.claims_paused
-        row.claims_paused = False
-        row.updated_at = ns.now
-        row.save(update_fields=["claims_paused", "updated_at"])
+        ns = namespace_lock(name=namespace)
+        if ns.pause_hold:
+            raise PauseHeld(
+                f"claims stay paused until {ns.pause_hold} ends; it lifts the hold itself",
+                reason=ns.pause_hold.split(":", 1)[0].upper(),
+                current={"claims_paused": ns.claims_paused, "pause_hold": ns.pause_hold},
+            )
+        Namespace.objects.filter(pk=ns.id).update(claims_paused=False, updated_at=ns.now)
         audit(
             principal=principal,
             action="namespace_resume",
             at=ns.now,
             namespace=namespace,
             reason=reason,
-            detail={"was_paused": was_paused, "scheduler_epoch": row.scheduler_epoch},
+            detail={"was_paused": ns.claims_paused, "scheduler_epoch": ns.scheduler_epoch},
         )
-    return row
+        return Namespace.objects.get(pk=ns.id)
+
+
+def namespace_release_hold(*, namespace: str, hold: str) -> bool:
+    """Lift ``hold`` from the pause (claims stay paused; resume is allowed again). Composes into the caller's
+    transaction. Returns whether that hold was set."""
+    with transaction.atomic(savepoint=False):
+        ns = namespace_lock(name=namespace)
+        return bool(
+            Namespace.objects.filter(pk=ns.id, pause_hold=hold).update(pause_hold="", updated_at=ns.now)
+        )
 
 
 def namespace_set_stage(
-    *, principal: Principal | None, namespace: str, stage: str, reason: str = ""
+    *,
+    principal: Principal | None,
+    namespace: str,
+    stage: str,
+    expected_stage: str,
+    reason: str = "",
+    release_hold: str = "",
 ) -> Namespace:
-    """Record a namespace's rollout stage (the rollout app decides when; this only writes it, audited)."""
-    with transaction.atomic(durable=True):
-        ns = hold_namespace(name=namespace)
-        row = Namespace.objects.select_for_update(no_key=True).get(pk=ns.id)
-        previous = row.stage
-        row.stage, row.updated_at = stage, ns.now
-        row.save(update_fields=["stage", "updated_at"])
+    """Record a namespace's rollout stage — a compare-and-set on the stage it starts from (``expected_stage``):
+    a stage that moved meanwhile is INVALID_TRANSITION (STAGE_CHANGED) and nothing is written. The rollout app
+    decides when; this only writes it, audited. Composes into the caller's transaction (the rollout's advance
+    and rollback lock the namespace first, decide, then call this under the same lock); ``release_hold`` lifts
+    that pause hold in the same write."""
+    with transaction.atomic(savepoint=False):
+        ns = namespace_lock(name=namespace)
+        changes: dict = {"stage": stage, "updated_at": ns.now}
+        if release_hold and ns.pause_hold == release_hold:
+            changes["pause_hold"] = ""
+        if not Namespace.objects.filter(pk=ns.id, stage=expected_stage).update(**changes):
+            raise InvalidTransition(
+                f"the stage moved to {ns.stage} meanwhile (expected {expected_stage})",
+                reason="STAGE_CHANGED",
+                current={"stage": ns.stage},
+            )
         if principal is not None:
             audit(
                 principal=principal,
@@ -151,6 +191,6 @@ def namespace_set_stage(
                 at=ns.now,
                 namespace=namespace,
                 reason=reason,
-                detail={"from": previous, "to": stage},
+                detail={"from": expected_stage, "to": stage},
             )
-    return row
+        return Namespace.objects.get(pk=ns.id)

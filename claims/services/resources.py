@@ -17,10 +17,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from .. import clock
-from ..errors import NotClaimable, NotFound, ResourceExists, StaleFence, StaleInput
+from ..errors import Expired, NotClaimable, NotFound, ResourceExists, StaleFence, StaleInput
 from ..models import Attempt, Principal, Resource, ResourceKey, Task, TaskState
 from . import _sql
-from ._base import NamespaceHold, audit
+from ._base import NamespaceHold, audit, locked_rows
 
 
 @dataclass(frozen=True)
@@ -62,17 +62,13 @@ def take_fences(task: Task, *, ns: NamespaceHold) -> tuple[dict[str, int], dict[
     if not task.resources:
         return {}, {}
     keys = sorted(task.resources)
-    locked = _sql.select(
-        ResourceKey,
-        {},
-        also=f"resource_key IN ({', '.join(['%s'] * len(keys))})",
-        also_params=keys,
-        tail=" ORDER BY resource_key" + _sql.lock_clause("FOR UPDATE"),
-    )
+    locked, db_now = lock_keys(keys, lock="FOR UPDATE")
+    # Judged on the clock read once the keys are locked: a holder whose lease ran out while we waited is not live.
+    now = ns.at(db_now).now
     by_key = {row.resource_key: row for row in locked}
     for key in keys:
         row = by_key[key]
-        if row.holder_task_id not in (None, task.task_id) and _live_holder(row, ns.now) is not None:
+        if row.holder_task_id not in (None, task.task_id) and _live_holder(row, now) is not None:
             raise NotClaimable(
                 f"resource {key} is held by a live attempt of task {row.holder_task_id}",
                 reason="RESOURCE_HELD",
@@ -97,6 +93,30 @@ def take_fences(task: Task, *, ns: NamespaceHold) -> tuple[dict[str, int], dict[
     return fences, kept
 
 
+def lock_keys(keys: list[str], *, lock: str) -> tuple[list[ResourceKey], Any]:
+    """The resource keys locked in key order — every service that locks keys takes them after its task row and
+    in this order, so two of them never wait on each other in a cycle — and the clock read after the locks."""
+    return locked_rows(
+        ResourceKey,
+        f"resource_key IN ({_sql.placeholders(keys)})",
+        list(keys),
+        order="resource_key",
+        lock=lock,
+    )
+
+
+def check_renew_resources(task: Task, keys: list[ResourceKey]) -> None:
+    """A renew of a task that lists resources, on its keys held FOR SHARE (``lock_keys``, after the task row): a
+    claim of another task that takes one of them (FOR UPDATE) is ordered against this renew. If such a claim came
+    first — possible only once this lease had run out — the attempt no longer holds the resource: EXPIRED."""
+    for row in keys:
+        if row.holder_attempt_id != task.attempt_id:
+            raise Expired(
+                f"the lease ran out and task {row.holder_task_id} took resource {row.resource_key}: claim again",
+                current={"resource": {"resource_key": row.resource_key, "fence_token": row.fence_token}},
+            )
+
+
 def resource_current(key: ResourceKey, live: Resource | None) -> dict[str, Any]:
     return {
         "resource_key": key.resource_key,
@@ -106,30 +126,43 @@ def resource_current(key: ResourceKey, live: Resource | None) -> dict[str, Any]:
     }
 
 
+def lock_commit_resources(keys: list[str]) -> tuple[dict[str, ResourceKey], dict[str, Resource], Any]:
+    """A commit's resources, locked before anything is decided (after the task row): the keys FOR UPDATE in key
+    order — so a claim of another task cannot take a new token between our read of it and our write — then their
+    live incarnations FOR UPDATE, in key order; and the clock read after both."""
+    rows, _ = lock_keys(sorted(keys), lock="FOR UPDATE")
+    live, db_now = locked_rows(
+        Resource,
+        f"key_id IN ({_sql.placeholders(keys)}) AND deleted_at IS NULL",
+        sorted(keys),
+        order="key_id",
+        lock="FOR UPDATE",
+    )
+    return {row.resource_key: row for row in rows}, {row.key_id: row for row in live}, db_now
+
+
 def check_commit_resources(
-    task: Task, *, attempt_id: Any, named: list[dict[str, Any]], current: dict[str, Any]
+    *,
+    attempt_id: Any,
+    named: list[dict[str, Any]],
+    locked: tuple[dict[str, ResourceKey], dict[str, Resource]],
+    current: dict[str, Any],
 ) -> list[Any]:
-    """Commit step 4. Every named resource must still be the incarnation and revision the worker read, and the
-    incarnation and fence token this attempt took at claim — else STALE_INPUT (RESOURCE) with the resource's
-    values. Locks the live incarnations (key order) and returns their ids for the revision bump."""
+    """Commit step 4, on the rows ``lock_commit_resources`` holds. Every named resource must still be the
+    incarnation and revision the worker read, and the incarnation and fence token this attempt took at claim —
+    else STALE_INPUT (RESOURCE) with the resource's values. Returns the incarnations for the revision bump."""
     if not named:
         return []
+    rows, live = locked
     kept = Attempt.objects.filter(pk=attempt_id).values_list("fences", flat=True).first() or {}
     keys = sorted(item["resource_key"] for item in named)
-    rows = {row.resource_key: row for row in ResourceKey.objects.filter(pk__in=keys)}
-    live = {
-        row.key_id: row
-        for row in Resource.objects.select_for_update()
-        .filter(key_id__in=keys, deleted_at__isnull=True)
-        .order_by("key_id")
-    }
     for item in sorted(named, key=lambda entry: entry["resource_key"]):
         key = item["resource_key"]
         incarnation = live.get(key)
         fence = kept.get(key, {})
         stale = (
             incarnation is None
-            or incarnation.incarnation != item["incarnation"]
+            or str(incarnation.incarnation) != str(item["incarnation"])
             or incarnation.revision != item["expected_revision"]
             or fence.get("incarnation") != str(incarnation.incarnation)
             or fence.get("token") != rows[key].fence_token
@@ -148,19 +181,16 @@ def bump_revisions(incarnations: list[Any]) -> None:
         Resource.objects.filter(pk__in=incarnations).update(revision=F("revision") + 1)
 
 
-def check_dispatch_resources(task: Task, *, attempt_fences: dict[str, Any]) -> None:
-    """A dispatch is refused when a newer claim has taken one of the task's resources since this attempt's."""
-    if not task.resources:
-        return
-    tokens = dict(
-        ResourceKey.objects.filter(pk__in=task.resources).values_list("resource_key", "fence_token")
-    )
-    for key in sorted(task.resources):
-        if attempt_fences.get(key, {}).get("token") != tokens.get(key):
+def check_dispatch_resources(keys: list[ResourceKey], *, attempt_fences: dict[str, Any]) -> None:
+    """A dispatch is refused when a newer claim has taken one of the task's resources since this attempt's. On the
+    keys held FOR SHARE (``lock_keys``, after the task and effect rows): a claim that would take a new token waits
+    until the intent is recorded, so the recorded order decides."""
+    for row in keys:
+        if attempt_fences.get(row.resource_key, {}).get("token") != row.fence_token:
             raise StaleInput(
-                f"a newer claim has taken resource {key}",
+                f"a newer claim has taken resource {row.resource_key}",
                 reason="RESOURCE",
-                current={"resource": {"resource_key": key, "fence_token": tokens.get(key)}},
+                current={"resource": {"resource_key": row.resource_key, "fence_token": row.fence_token}},
             )
 
 
@@ -193,6 +223,8 @@ def resource_create(*, principal: Principal, resource_key: str) -> ResourceView:
 def resource_delete(*, principal: Principal, resource_key: str) -> None:
     """End the live incarnation. Evidence from it can no longer authorise a write."""
     with transaction.atomic(durable=True):
+        # The lock order every resource writer keeps: the key, then its incarnation.
+        lock_keys([resource_key], lock="FOR UPDATE")
         now = clock.now()
         live = (
             Resource.objects.select_for_update().filter(key_id=resource_key, deleted_at__isnull=True).first()

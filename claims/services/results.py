@@ -35,7 +35,7 @@ from ._base import (
     task_current,
 )
 from .leases import check_authority, resolve_attempt
-from .resources import bump_revisions, check_commit_resources
+from .resources import bump_revisions, check_commit_resources, lock_commit_resources
 
 
 @dataclass(frozen=True)
@@ -164,6 +164,13 @@ def task_commit(
         ):
             stored = StagedResult.objects.get(task_id=task_id, canonical=True)
             return Committed(result_commit_id=stored.commit_id, unblocked=list(stored.unblocked), repeat=True)
+        locked: tuple = ({}, {})
+        if task.resources:
+            # Every lock this commit takes is taken before anything is decided — the task row, then the resource
+            # keys (a claim of another task cannot take a newer token between our read and our write), then their
+            # incarnations — and the lease is judged on the clock read after them, not before a wait on them.
+            *locked, db_now = lock_commit_resources(task.resources)
+            ns = ns.at(db_now)
         current = task_current(task, ns)
         if task.state == TaskState.CANCELLED or observed_cancel_generation != task.cancel_generation:
             raise Cancelled("the task was cancelled", current=current)
@@ -180,7 +187,7 @@ def task_commit(
         if input_digest != task.input_digest:
             raise StaleInput("the input was revised: re-read it and compute again", current=current)
         incarnations = check_commit_resources(
-            task, attempt_id=attempt_id, named=resources or [], current=current
+            attempt_id=attempt_id, named=resources or [], locked=tuple(locked), current=current
         )
         # Check 5 and the canonical flip in one statement: the staged row becomes canonical, or there is none.
         # The partial unique index one_canonical_commit_per_task is what makes a second canonical row impossible.

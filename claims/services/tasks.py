@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from .. import interleave
 from ..digest import digest
@@ -57,6 +57,21 @@ def _predecessor_states(ids: list[str], namespace_id: int, *, lock: str = "FOR S
     return dict(rows.values_list("pk", "state"))
 
 
+def _existing(existing: Task, definition: dict[str, Any], ns: Any) -> TaskCreated:
+    """An existing task_id: the same definition is an idempotent repeat (200); anything else TASK_EXISTS."""
+    same = (
+        existing.namespace_id == definition["namespace_id"]
+        and existing.node_id == definition["node_id"]
+        and existing.input_digest == definition["input_digest"]
+        and sorted(existing.depends_on) == definition["depends_on"]
+        and existing.replay_policy == definition["replay_policy"]
+        and sorted(existing.resources) == definition["resources"]
+    )
+    if same:
+        return TaskCreated(existing, created=False)
+    raise TaskExists(f"task {existing.pk} exists with another definition", current=task_current(existing, ns))
+
+
 def task_create(
     *,
     principal: Principal,
@@ -83,21 +98,18 @@ def task_create(
             ns = hold_namespace(name=namespace)
         except NotFound:  # a name in the body is a field error, not a missing resource
             raise Invalid({"namespace": [f"unknown namespace {namespace!r}"]}) from None
+        definition = {
+            "namespace_id": ns.id,
+            "node_id": node_id,
+            "input_digest": input_digest,
+            "depends_on": sorted(depends_on),
+            "replay_policy": replay_policy,
+            "resources": sorted(resources),
+        }
         existing = Task.objects.filter(pk=task_id).first()
         if existing is not None:
-            same = (
-                existing.namespace_id == ns.id
-                and existing.node_id == node_id
-                and existing.input_digest == input_digest
-                and sorted(existing.depends_on) == sorted(depends_on)
-                and existing.replay_policy == replay_policy
-                and sorted(existing.resources) == sorted(resources)
-            )
-            if same:
-                return TaskCreated(existing, created=False)
-            raise TaskExists(
-                f"task {task_id} exists with another definition", current=task_current(existing, ns)
-            )
+            return _existing(existing, definition, ns)
+        interleave.reach("task_create.checked")
         errors: dict[str, list[str]] = {}
         if task_id in depends_on:
             errors["depends_on"] = ["a task cannot depend on itself"]
@@ -114,20 +126,26 @@ def task_create(
         if errors:
             raise Invalid(errors)
         blocked = any(state != TaskState.COMMITTED for state in states.values())
-        task = Task.objects.create(
-            task_id=task_id,
-            namespace_id=ns.id,
-            node_id=node_id,
-            input=input,
-            input_digest=input_digest,
-            depends_on=depends_on,
-            replay_policy=replay_policy,
-            resources=resources,
-            has_resources=bool(resources),
-            state=TaskState.BLOCKED if blocked else TaskState.READY,
-            created_at=ns.now,
-            updated_at=ns.now,
-        )
+        try:
+            # The existence check above read without a lock: an identical create may have inserted the same
+            # task_id since. The primary key decides; the loser answers as a repeat would (or TASK_EXISTS).
+            with transaction.atomic():
+                task = Task.objects.create(
+                    task_id=task_id,
+                    namespace_id=ns.id,
+                    node_id=node_id,
+                    input=input,
+                    input_digest=input_digest,
+                    depends_on=depends_on,
+                    replay_policy=replay_policy,
+                    resources=resources,
+                    has_resources=bool(resources),
+                    state=TaskState.BLOCKED if blocked else TaskState.READY,
+                    created_at=ns.now,
+                    updated_at=ns.now,
+                )
+        except IntegrityError:
+            return _existing(Task.objects.get(pk=task_id), definition, ns)
         TaskDependency.objects.bulk_create(
             [TaskDependency(task=task, depends_on_id=dep) for dep in depends_on]
         )

@@ -149,7 +149,9 @@ def _race(task_id: str, claimers: list, epoch: int = 1) -> list[int]:
 
     def one(actor):
         barrier.wait(30)
-        return actor.claim(task_id, epoch=epoch, ttl=5).status_code
+        # A lease long enough to outlast the slowest of 100 threads on two CPUs: a claimer whose clock reading
+        # comes after the winner's lease ran out would rightly reclaim.
+        return actor.claim(task_id, epoch=epoch, ttl=120).status_code
 
     threads = [run_in_thread(lambda actor=actor: one(actor)) for actor in claimers]
     for thread, _ in threads:
@@ -187,7 +189,7 @@ def test_a1_n_claimers_race_for_one_task_and_exactly_one_wins_each_round(claimer
         assert task.claim_generation == round_number  # +1 per round, never more
         assert Attempt.objects.filter(task_id=task_id).count() == round_number
         assert Attempt.objects.filter(task_id=task_id, ended_at__isnull=True).count() == 1
-        db_clock.travel(6)  # the winner's lease runs out; the next round is a reclaim
+        db_clock.travel(121)  # the winner's lease runs out; the next round is a reclaim
 
 
 @pytest.mark.django_db(transaction=True)
@@ -199,7 +201,7 @@ def test_a1_on_the_embedded_database_twenty_claimers_give_one_winner(operator, d
         statuses = _race(task_id, actors)
         assert statuses.count(200) == 1
         assert Task.objects.get(pk=task_id).claim_generation == round_number
-        db_clock.travel(6)
+        db_clock.travel(121)
 
 
 def test_claim_next_takes_the_oldest_ready_task(worker_a, operator):

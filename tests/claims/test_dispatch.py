@@ -117,20 +117,25 @@ def test_a_not_occurred_reconcile_allows_a_new_dispatch_under_the_same_key(
     assert list(effect_target.calls) == [key] and effect_target.count(key) == 2
 
 
-def test_a_delivery_result_applies_only_while_the_effect_is_prepared_or_unknown(
+def test_while_a_dispatch_is_in_flight_its_delivery_alone_records_the_outcome(
     worker_a, claim_a, effect_target
 ):
     key = _prepare(worker_a, claim_a)
     intent_id = worker_a.dispatch(claim_a, key, {"service": "api"}, effect_target.url).json()["dispatch_id"]
-    worker_a.outcome(claim_a, key, "UNKNOWN")
-    worker_a.reconcile(claim_a, key, "OCCURRED")  # resolved before the job ran
 
+    guessed = worker_a.outcome(claim_a, key, "UNKNOWN")  # before the job ran: the worker cannot know
     delivery = dispatch_deliver(dispatch_id=intent_id)
     twice = dispatch_deliver(dispatch_id=intent_id)
 
-    assert (delivery.sent, delivery.outcome) == (False, "NOT_TAKEN")
+    assert guessed.status_code == 409
+    assert (guessed.json()["outcome"], guessed.json()["reason"]) == (
+        "INVALID_TRANSITION",
+        "DISPATCH_IN_FLIGHT",
+    )
+    assert (delivery.sent, delivery.outcome) == (True, "COMMITTED")
     assert twice.outcome == "NOT_TAKEN"
-    assert DispatchIntent.objects.get().state == "SKIPPED" and effect_target.count() == 0
+    assert DispatchIntent.objects.get().state == "DELIVERED" and effect_target.count() == 1
+    assert Effect.objects.get(pk=key).state == "COMMITTED"
 
 
 def test_a19_a_non_replayable_effect_waits_for_approval_runs_once_and_is_never_replayed(

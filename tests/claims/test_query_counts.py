@@ -19,16 +19,16 @@ from claims.models import Principal
 # (data-modifying WITH clauses); SQLite sends them one by one.
 PINNED = {
     "postgresql": {
-        "claim": 4,  # namespace FOR SHARE + clock, read task, compare-and-set, attempt + event
-        "reclaim": 4,  # the same; ending the previous attempt joins the attempt + event statement
+        "claim": 3,  # task FOR NO KEY UPDATE + namespace FOR SHARE, then the clock; the claim; attempt + event
+        "reclaim": 3,  # the same; ending the previous attempt joins the attempt + event statement
         "claim_next": 3,  # namespace, claim the oldest READY (SKIP LOCKED sub-select), attempt + event
         "renew": 2,  # task FOR NO KEY UPDATE + namespace FOR SHARE + clock, lease + event
         "stage": 2,  # attempt + clock, then the staged row if absent with its event
         "commit": 3,  # task + namespace + clock, flip staged to canonical, task + attempt + event
     },
     "sqlite": {
-        "claim": 5,
-        "reclaim": 6,
+        "claim": 4,
+        "reclaim": 5,
         "claim_next": 4,
         "renew": 3,
         "stage": 3,
