@@ -106,16 +106,19 @@ def _self_check(*, namespace: str, old_epoch: int) -> dict[str, Any]:
         name="system:fence-self-check", defaults={"role": Role.ONCALL, "created_at": clock.now()}
     )
     try:
-        services.task_commit(
-            principal=checker,
-            task_id=probe.task_id,
-            attempt_id=uuid.uuid4(),
-            scheduler_epoch=old_epoch,
-            claim_generation=probe.claim_generation,
-            observed_cancel_generation=probe.cancel_generation,
-            input_digest=probe.input_digest,
-            result_digest="sha256:" + "0" * 64,
-        )
+        # Synthetic: the probe's refusal is neither traffic on the task's timeline nor a validated request
+        # toward any gate's coverage.
+        with services.synthetic():
+            services.task_commit(
+                principal=checker,
+                task_id=probe.task_id,
+                attempt_id=uuid.uuid4(),
+                scheduler_epoch=old_epoch,
+                claim_generation=probe.claim_generation,
+                observed_cancel_generation=probe.cancel_generation,
+                input_digest=probe.input_digest,
+                result_digest="sha256:" + "0" * 64,
+            )
         return {"ok": False, "detail": "an old-epoch commit was accepted"}
     except Fenced as exc:
         return {"ok": exc.reason == "EPOCH", "detail": f"old-epoch commit refused: FENCED ({exc.reason})"}

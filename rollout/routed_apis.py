@@ -123,8 +123,10 @@ class RoutedCommitApi(core_apis.TaskCommitApi):
     def post(self, request: Request, task_id: str) -> Response:
         data = _valid(core_s.CommitIn, request)
         p = request.user
+        # The staged result of *this* task's attempt: where legacy decides, a commit is a legacy complete with it.
+        # Without one there is nothing to complete with: the core answers (NOT_STAGED, or an earlier refusal).
         staged = StagedResult.objects.filter(
-            attempt_id=data["attempt_id"], result_digest=data["result_digest"]
+            task_id=task_id, attempt_id=data["attempt_id"], result_digest=data["result_digest"]
         ).first()
 
         def complete(store, ns, now):
@@ -151,6 +153,7 @@ class RoutedCommitApi(core_apis.TaskCommitApi):
             v1_call=lambda: core.task_commit(principal=p, task_id=task_id, **data),
             legacy_call=complete,
             v1_write_through=lambda store, ns, now, committed: complete(store, ns, now),
+            precondition=lambda: staged is not None,
         )
         if routed is None:
             return super().post(request, task_id)

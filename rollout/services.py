@@ -460,6 +460,7 @@ def routed_v1(
     owner_id: str,
     success_word: str,
     v1_write_through=None,
+    precondition=None,
 ) -> Routed | None:
     """Route one claim.v1 request (claim, renew, release, commit) by the namespace's stage.
 
@@ -472,11 +473,24 @@ def routed_v1(
     ns = namespace_of(task_id)  # 404 before the owner's 403 (claim-v1.md §2)
     if owner_id != principal.owner_id:
         raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
+    # Who may act is decided before any store is asked, in every stage: the attempt named must be one of this
+    # task's and the caller's own (403 otherwise). An attempt that does not exist goes to the core, which
+    # refuses it (FENCED, ATTEMPT) — legacy, whose complete is unconditional, is never asked on its behalf.
+    if attempt_id is not None:
+        owner = (
+            Attempt.objects.filter(pk=attempt_id, task_id=task_id).values_list("owner_id", flat=True).first()
+        )
+        if owner is None:
+            return None
+        if owner != principal.owner_id:
+            raise Forbidden(f"attempt {attempt_id} is not {principal.owner_id!r}'s")
     _refuse_refused_worker(principal, ns)
     if ns.stage == Stage.V1_ONLY or _epoch_rule_first(
         ns, scheduler_epoch=scheduler_epoch, attempt_id=attempt_id
     ):
         return None
+    if precondition is not None and not precondition():
+        return None  # the core answers (it can only refuse what the precondition found missing)
     if ns.stage == Stage.LEGACY:
         raise StageNotOpen(
             f"namespace {ns.name} is at LEGACY: the claim.v1 API is not open yet", current={"stage": ns.stage}

@@ -14,9 +14,10 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from claims import clock, services
-from claims.errors import Conflict, Forbidden, InvalidTransition, NotFound
+from claims import clock, interleave, services
+from claims.errors import ClaimsPaused, Conflict, Forbidden, InvalidTransition, NotFound
 from claims.models import Namespace, Principal, Role, Stage
+from claims.services._base import audit
 
 from . import selectors
 from .legacy import legacy_store
@@ -54,11 +55,17 @@ def _namespace(name: str) -> Namespace:
 
 
 def drain_snapshot(*, namespace: str, pool: str | None = None) -> DrainSnapshot:
-    """Take a snapshot. Clean streak: +1 when this and the previous snapshot (of this stage) are clean and at
-    least DRAIN_INTERVAL_SECONDS apart; kept when the previous is clean but too recent; reset by a dirty one."""
+    """Take a snapshot (its own transaction)."""
     ns = _namespace(namespace)
     with transaction.atomic(durable=True):
-        now = clock.now()
+        return _snapshot(ns, pool=pool, now=clock.now())
+
+
+def _snapshot(ns: Namespace, *, pool: str | None, now: Any) -> DrainSnapshot:
+    """A snapshot inside the caller's transaction. Clean streak: +1 when this and the previous snapshot (of this
+    stage) are clean and at least DRAIN_INTERVAL_SECONDS apart; kept when the previous is clean but too recent;
+    reset by a dirty one. The previous snapshot is locked, so two snapshots at once do not both count it."""
+    with transaction.atomic(savepoint=False):
         counts = selectors.drain_counts(ns, pool=pool, now=now)
         clean = not any(counts.values())
         previous = (
@@ -92,10 +99,15 @@ def drained(snapshot: DrainSnapshot) -> bool:
 def evaluate_gate(*, namespace: str) -> Gate | None:
     """Evaluate (and record) the gate of the namespace's next move; None at V1_ONLY."""
     ns = _namespace(namespace)
+    with transaction.atomic(durable=True):
+        return _evaluate(ns, now=clock.now())
+
+
+def _evaluate(ns: Namespace, *, now: Any) -> Gate | None:
+    """The gate of ``ns``'s next move, recorded with its figures inside the caller's transaction."""
     to = next_stage(ns.stage)
     if to is None:
         return None
-    now = clock.now()
     move = f"{ns.stage} → {to}"
     mismatches = selectors.mismatch_counts(ns)
     if ns.stage == Stage.LEGACY:
@@ -148,7 +160,7 @@ def evaluate_gate(*, namespace: str) -> Gate | None:
             )
         holds, why = not reasons, "; ".join(reasons) or "every acceptance point fully validated"
     else:  # V1_WRITES → V1_ONLY
-        snapshot = drain_snapshot(namespace=ns.name, pool="legacy")
+        snapshot = _snapshot(ns, pool="legacy", now=now)
         figures = {
             "active_leases": snapshot.active_leases,
             "unknown_effects": snapshot.unknown_effects,
@@ -170,14 +182,17 @@ def evaluate_gate(*, namespace: str) -> Gate | None:
     return Gate(move, holds, figures, why, now)
 
 
-def _import_legacy_claims(ns: Namespace, principal: Principal) -> int:
-    """Entering SHADOW: every live legacy claim becomes a claim.v1 attempt (generation + 1 each), so both
-    stores start equal. Owners without a principal cannot hold claim.v1 attempts and are skipped (counted)."""
-    imported = 0
+def _import_legacy_claims(ns: Namespace, principal: Principal) -> dict[str, Any]:
+    """Entering SHADOW: every live legacy claim becomes a claim.v1 attempt (generation + 1 each), so both stores
+    start equal. What could not be imported is counted by reason — an owner with no worker principal, or the
+    claim.v1 refusal (a fence between the advance and the import pauses claims) — and the result is audited, so
+    an import that left claims behind is never silent."""
+    imported, skipped = 0, {}
     now = clock.now()
     for row in legacy_store().live_claims(namespace=ns.name, now=now):
         owner = Principal.objects.filter(name=row.owner_id, role=Role.WORKER).first()
         if owner is None:
+            skipped["NO_WORKER_PRINCIPAL"] = skipped.get("NO_WORKER_PRINCIPAL", 0) + 1
             continue
         ttl = max(
             settings.LEASE_MIN_SECONDS,
@@ -193,39 +208,87 @@ def _import_legacy_claims(ns: Namespace, principal: Principal) -> int:
                     ttl_seconds=ttl,
                 )
             imported += 1
-        except Conflict:
-            continue
-    return imported
+        except Conflict as exc:
+            skipped[exc.outcome] = skipped.get(exc.outcome, 0) + 1
+    result = {"imported": imported, "skipped": skipped}
+    with transaction.atomic(durable=True):
+        audit(principal=principal, action="legacy_import", at=clock.now(), namespace=ns.name, detail=result)
+    return result
+
+
+class RollbackInProgress(Conflict):
+    outcome = "ROLLBACK_IN_PROGRESS"
+
+
+def _open_rollback(namespace: str) -> Rollback | None:
+    return Rollback.objects.filter(namespace=namespace, finished_at__isnull=True).first()
 
 
 def advance(
     *, principal: Principal, namespace: str, to_stage: str, reason: str, override: bool = False
 ) -> tuple[str, Gate]:
-    """Move one step forward when the gate holds; an oncall override needs a reason and is recorded as one."""
-    ns = _namespace(namespace)
-    expected = next_stage(ns.stage)
-    if to_stage != expected:
-        raise InvalidTransition(
-            f"from {ns.stage} the next stage is {expected}, not {to_stage}",
-            current={"stage": ns.stage, "next_stage": expected},
-        )
+    """Move one step forward when the gate holds; an oncall override needs a reason and is recorded as one.
+
+    One transaction, decided on what the namespace row lock keeps still (the lock every stage change, fence,
+    resume and rollback start takes first):
+    1. Lock the namespace row FOR NO KEY UPDATE; read the clock after it.
+    2. A rollback open on the namespace: ROLLBACK_IN_PROGRESS — an advance never races a rollback's stage move,
+       override or not. ``to_stage`` not the next stage from the stage read under the lock: INVALID_TRANSITION.
+       Entering SHADOW while claims are paused: CLAIMS_PAUSED (the import of the live legacy claims would grant
+       nothing, and the stores would not start equal).
+    3. Evaluate the gate on the figures read now, and record the evaluation.
+    4. The stage write is a compare-and-set on the stage read in 1, with its StageChange record.
+    A refused gate still records its evaluation (the transaction commits it) and then answers GATE_NOT_MET.
+    Entering SHADOW then imports the live legacy claims, and records what it imported and skipped (audited).
+    """
     if override and principal.role != Role.ONCALL:
         raise Forbidden("only oncall may override a gate")
-    gate = evaluate_gate(namespace=namespace)
+    with transaction.atomic(durable=True):
+        hold = services.namespace_lock(name=namespace)
+        if (running := _open_rollback(hold.name)) is not None:
+            raise RollbackInProgress(
+                f"a rollback to {running.to_stage} is under way ({running.step}): advance once it has ended",
+                current={
+                    "stage": hold.stage,
+                    "rollback": {"to_stage": running.to_stage, "step": running.step},
+                },
+            )
+        expected = next_stage(hold.stage)
+        if to_stage != expected:
+            raise InvalidTransition(
+                f"from {hold.stage} the next stage is {expected}, not {to_stage}",
+                current={"stage": hold.stage, "next_stage": expected},
+            )
+        if to_stage == Stage.SHADOW and hold.claims_paused:
+            raise ClaimsPaused(
+                "claims are paused: entering SHADOW imports the live legacy claims as claim.v1 attempts, which a "
+                "paused namespace cannot grant. Resume claims first.",
+                current={"stage": hold.stage, "claims_paused": True, "scheduler_epoch": hold.scheduler_epoch},
+            )
+        ns = Namespace.objects.get(pk=hold.id)
+        gate = _evaluate(ns, now=hold.now)
+        interleave.reach("rollout_advance.gated")
+        if gate.holds or override:
+            services.namespace_set_stage(
+                principal=principal,
+                namespace=namespace,
+                stage=to_stage,
+                expected_stage=hold.stage,
+                reason=reason,
+            )
+            StageChange.objects.create(
+                namespace=namespace,
+                from_stage=hold.stage,
+                to_stage=to_stage,
+                principal=principal.name,
+                reason=reason,
+                override=override and not gate.holds,
+                figures=gate.figures,
+                at=hold.now,
+            )
     if not gate.holds and not override:
         raise GateNotMet(gate.why, current={"gate": gate.move, "figures": gate.figures})
-    services.namespace_set_stage(principal=principal, namespace=namespace, stage=to_stage, reason=reason)
-    StageChange.objects.create(
-        namespace=namespace,
-        from_stage=ns.stage,
-        to_stage=to_stage,
-        principal=principal.name,
-        reason=reason,
-        override=override and not gate.holds,
-        figures=gate.figures,
-        at=clock.now(),
-    )
-    if ns.stage == Stage.LEGACY and to_stage == Stage.SHADOW:
+    if hold.stage == Stage.LEGACY and to_stage == Stage.SHADOW:
         _import_legacy_claims(_namespace(namespace), principal)
     return to_stage, gate
 
@@ -237,8 +300,6 @@ def waive_coverage(*, principal: Principal, namespace: str, point: str, reason: 
         waiver = CoverageWaiver.objects.create(
             namespace=ns.name, point=point, reason=reason, principal=principal.name, at=now
         )
-        from claims.services._base import audit
-
         audit(
             principal=principal,
             action="coverage_waive",
@@ -256,66 +317,103 @@ def waive_coverage(*, principal: Principal, namespace: str, point: str, reason: 
 def rollback(
     *, principal: Principal, namespace: str, to_stage: str, reason: str, force: bool = False
 ) -> Rollback:
-    """Oncall's rollback to an earlier stage: (1) an epoch fence — claims paused, every attempt before it fenced;
-    (2) a namespace-wide drain: done at the first clean snapshot after the fence (re-POST with force and a reason
-    to finish anyway, recorded); (3) the stage moves back; (4) claims stay paused until someone resumes them."""
+    """Oncall's rollback to an earlier stage: (1) an epoch fence — claims paused, every attempt before it fenced,
+    and the pause held by this rollback (resume is refused until it ends); (2) a namespace-wide drain: done at
+    the first clean snapshot after the fence (re-POST with force and a reason to finish anyway, recorded); (3) the
+    stage moves back; (4) claims stay paused until someone resumes them.
+
+    The rollback is recorded under the namespace row lock (FOR NO KEY UPDATE, taken first), so it and an advance
+    are ordered: an advance after it is refused (ROLLBACK_IN_PROGRESS), one before it is what it rolls back."""
     if principal.role != Role.ONCALL:
         raise Forbidden("rollback is oncall's")
-    ns = _namespace(namespace)
-    running = Rollback.objects.filter(namespace=ns.name, finished_at__isnull=True).first()
-    if running is None:
-        if to_stage not in ORDER or ORDER.index(to_stage) >= ORDER.index(ns.stage):
-            raise InvalidTransition(
-                f"roll back from {ns.stage} to an earlier stage, not {to_stage}", current={"stage": ns.stage}
-            )
-        fenced = services.epoch_fence(principal=principal, namespace=ns.name, reason=f"rollback: {reason}")
-        running = Rollback.objects.create(
-            namespace=ns.name,
-            from_stage=ns.stage,
-            to_stage=to_stage,
-            step="DRAINING",
-            reason=reason,
-            principal=principal.name,
-            scheduler_epoch=fenced.scheduler_epoch,
-            started_at=clock.now(),
+    with transaction.atomic(durable=True):
+        hold = services.namespace_lock(name=namespace)
+        running = (
+            Rollback.objects.select_for_update().filter(namespace=hold.name, finished_at__isnull=True).first()
         )
+        if running is None:
+            if to_stage not in ORDER or ORDER.index(to_stage) >= ORDER.index(hold.stage):
+                raise InvalidTransition(
+                    f"roll back from {hold.stage} to an earlier stage, not {to_stage}",
+                    current={"stage": hold.stage},
+                )
+            running = Rollback.objects.create(
+                namespace=hold.name,
+                from_stage=hold.stage,
+                to_stage=to_stage,
+                step="FENCING",
+                reason=reason,
+                principal=principal.name,
+                scheduler_epoch=hold.scheduler_epoch,
+                started_at=hold.now,
+            )
     return advance_rollback(rollback_id=running.pk, principal=principal, force=force, reason=reason)
+
+
+def _hold_of(rollback: Rollback) -> str:
+    return f"rollback:{rollback.pk}"
+
+
+def _fence_for(rollback: Rollback) -> None:
+    """Step 1, idempotent on the rollback's id (a run killed after the fence finds it recorded)."""
+    actor = Principal.objects.filter(name=rollback.principal).first()
+    services.epoch_fence(
+        principal=actor,
+        namespace=rollback.namespace,
+        reason=f"rollback: {rollback.reason}",
+        fence_id=rollback.pk,
+        hold=_hold_of(rollback),
+    )
+    from claims.selectors import fence_epoch_of
+
+    Rollback.objects.filter(pk=rollback.pk, step="FENCING").update(
+        step="DRAINING", scheduler_epoch=fence_epoch_of(rollback.pk)
+    )
 
 
 def advance_rollback(
     *, rollback_id: Any, principal: Principal | None = None, force: bool = False, reason: str = ""
 ) -> Rollback:
-    """Drive a rollback: take a namespace-wide drain snapshot; at the first clean one (or when forced) move the
-    stage back and finish. Idempotent; the ``advance_rollback`` job calls it until done."""
+    """Drive a rollback: fence (once), take a namespace-wide drain snapshot; at the first clean one (or when
+    forced) move the stage back and finish. Idempotent; the ``advance_rollback`` job calls it until done.
+
+    The finish is one transaction under the namespace row lock: the stage's compare-and-set from the stage the
+    rollback started at, the pause hold released (claims stay paused), the rollback marked done, its StageChange.
+    """
     running = Rollback.objects.get(pk=rollback_id)
     if running.finished_at is not None:
         return running
+    if running.step == "FENCING":
+        _fence_for(running)
+        running.refresh_from_db()
     snapshot = drain_snapshot(namespace=running.namespace)
     if not snapshot.clean and not force:
         return running
     forced = force and not snapshot.clean
-    # The stage moves first, then the rollback is marked done: a run killed in between leaves a running rollback
-    # whose stage has already moved, and the next run (the job, every 15 s) finishes it. The other order could
-    # leave a rollback marked DONE with the stage never moved back.
-    if _namespace(running.namespace).stage != running.to_stage:
-        services.namespace_set_stage(
-            principal=principal,
-            namespace=running.namespace,
-            stage=running.to_stage,
-            reason=f"rollback{' (forced: ' + reason + ')' if forced else ''}",
-        )
     with transaction.atomic(durable=True):
+        hold = services.namespace_lock(name=running.namespace)
         locked = Rollback.objects.select_for_update().get(pk=rollback_id)
         if locked.finished_at is not None:
             return locked
-        locked.step, locked.finished_at, locked.forced = "DONE", clock.now(), forced
+        if hold.stage != locked.to_stage:
+            services.namespace_set_stage(
+                principal=principal,
+                namespace=locked.namespace,
+                stage=locked.to_stage,
+                expected_stage=hold.stage,
+                reason=f"rollback{' (forced: ' + reason + ')' if forced else ''}",
+                release_hold=_hold_of(locked),
+            )
+        else:
+            services.namespace_release_hold(namespace=locked.namespace, hold=_hold_of(locked))
+        locked.step, locked.finished_at, locked.forced = "DONE", hold.now, forced
         locked.save(update_fields=["step", "finished_at", "forced"])
         StageChange.objects.create(
-            namespace=running.namespace,
-            from_stage=running.from_stage,
-            to_stage=running.to_stage,
+            namespace=locked.namespace,
+            from_stage=hold.stage,
+            to_stage=locked.to_stage,
             principal=principal.name if principal else "system",
-            reason=running.reason,
+            reason=locked.reason,
             override=forced,
             figures={
                 "drain": {
@@ -324,6 +422,6 @@ def advance_rollback(
                     "awaiting_commit": snapshot.awaiting_commit,
                 }
             },
-            at=locked.finished_at,
+            at=hold.now,
         )
     return locked

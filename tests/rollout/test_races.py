@@ -1,0 +1,249 @@
+"""Stale authority and rollout state changes under controlled interleavings (acceptance.md A24–A27): who may act
+is decided before any store is asked, stage changes are compare-and-set on the stage they start from, fences
+and resumes of one namespace never deadlock, and a rollback holds the pause until it ends."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from rest_framework.test import APIClient
+
+from claims.models import AuditEntry, Namespace, StagedResult, Task
+from rollout.models import ComparedOperation, LegacyClaim, StageChange
+from rollout.stages import ORDER
+from tests.conftest import Pause, make_actor, run_in_thread, wait_done_or_waiting
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _ns(operator, name: str, stage: str) -> str:
+    assert operator.post("/namespaces", {"name": name, "stage": stage}).status_code == 201
+    return name
+
+
+def _legacy(actor, task_id, op, **body):
+    return actor.client.post(
+        f"/api/legacy/tasks/{task_id}/{op}", {"owner_id": actor.name, **body}, format="json"
+    )
+
+
+def _stage_history_replays(namespace: str) -> list[str]:
+    """The namespace's stage changes, each starting where the previous ended, each a documented move: one step
+    forward, or a rollback to any earlier stage."""
+    changes = list(StageChange.objects.filter(namespace=namespace).order_by("at", "id"))
+    stages = [changes[0].from_stage] if changes else []
+    for change in changes:
+        assert change.from_stage == stages[-1], [(c.from_stage, c.to_stage) for c in changes]
+        step = ORDER.index(change.to_stage) - ORDER.index(change.from_stage)
+        assert step == 1 or step < 0, (change.from_stage, change.to_stage)
+        stages.append(change.to_stage)
+    return stages
+
+
+# --- A24: in SHADOW and V1_READS, who may act is decided before any store is asked ---------------------------
+
+
+@pytest.mark.parametrize("stage", ["SHADOW", "V1_READS"])
+def test_a24_a_worker_cannot_commit_another_workers_attempt_in_any_stage(operator, stage):
+    worker_a, worker_b = make_actor("owner-a", "worker"), make_actor("intruder-b", "worker")
+    namespace = _ns(operator, stage.lower().replace("_", "-"), stage)
+    task_id = operator.create(namespace=namespace).json()["task_id"]
+    claim = worker_a.claim(task_id).json()
+    assert claim["attempt_id"], claim
+    worker_a.stage(claim, {"by": "a"})
+    compared_before = ComparedOperation.objects.count()
+
+    foreign = worker_b.commit(claim, {"by": "a"})
+    invented = worker_b.commit({**claim, "attempt_id": str(uuid.uuid4())}, {"by": "a"})
+    unstaged = worker_a.commit(claim, {"never": "staged"})
+
+    assert foreign.status_code == 403, foreign.json()
+    assert invented.status_code in (403, 409) and invented.json().get("outcome") != "COMMITTED", (
+        invented.json()
+    )
+    assert unstaged.status_code == 409 and unstaged.json()["outcome"] == "NOT_STAGED", unstaged.json()
+    legacy_row = LegacyClaim.objects.get(pk=task_id)
+    assert (legacy_row.owner_id, legacy_row.result, legacy_row.completed_by) == ("owner-a", None, "")
+    task = Task.objects.get(pk=task_id)
+    assert (task.state, task.result) == ("CLAIMED", None)
+    assert not StagedResult.objects.filter(canonical=True).exists()
+    assert ComparedOperation.objects.count() == compared_before  # nothing reached the comparison either
+
+
+# --- A25: an advance and a rollback of one namespace at once -----------------------------------------------
+
+
+@pytest.mark.postgres
+def test_a25_an_advance_racing_a_rollback_never_undoes_the_rollback(operator, settings):
+    oncall = make_actor("oncall-rb", "oncall")
+    settings.ROLLOUT_MIN_COVERAGE_SAMPLES = 0
+    namespace = _ns(operator, "racing", "V1_READS")
+    for point in ("claim", "renew", "release", "effect", "commit"):
+        operator.post(f"/namespaces/{namespace}/coverage/waive", {"point": point, "reason": "no traffic"})
+    pause = Pause("rollout_advance.gated")
+
+    advancing, advance_box = run_in_thread(
+        lambda: operator.post(
+            f"/namespaces/{namespace}/rollout/advance", {"to_stage": "V1_WRITES", "reason": "gate holds"}
+        )
+    )
+    pause.wait_reached()  # the advance has read the stage and judged the gate
+    rolling, rollback_box = run_in_thread(
+        lambda: oncall.post(
+            f"/namespaces/{namespace}/rollout/rollback", {"to_stage": "SHADOW", "reason": "incident"}
+        )
+    )
+    wait_done_or_waiting(rollback_box, 1)
+    pause.resume()
+    advancing.join(30)
+    rolling.join(30)
+
+    rolled = rollback_box["value"]
+    assert rolled.status_code == 200 and rolled.json()["outcome"] == "ROLLED_BACK", rolled.json()
+    assert Namespace.objects.get(name=namespace).stage == "SHADOW"
+    assert _stage_history_replays(namespace)[-1] == "SHADOW"
+    advanced = advance_box["value"]
+    if advanced.status_code != 200:
+        assert advanced.status_code == 409 and advanced.json()["outcome"] in (
+            "INVALID_TRANSITION",
+            "ROLLBACK_IN_PROGRESS",
+        ), advanced.json()
+
+
+def _open_rollback(operator, oncall, namespace: str) -> dict:
+    """A rollback that waits on its drain: a legacy-API lease is still live."""
+    old = make_actor("legacy-holder", "worker", "legacy")
+    held = operator.create(namespace=namespace, node_id="long").json()["task_id"]
+    assert _legacy(old, held, "claim", ttl_seconds=300).status_code == 200
+    started = oncall.post(
+        f"/namespaces/{namespace}/rollout/rollback", {"to_stage": "SHADOW", "reason": "drill"}
+    )
+    assert started.status_code == 202 and started.json()["outcome"] == "ROLLBACK_STARTED", started.json()
+    return {"worker": old, "task_id": held}
+
+
+def test_an_advance_while_a_rollback_is_open_is_refused_with_its_own_word(operator):
+    oncall = make_actor("oncall-rb", "oncall")
+    namespace = _ns(operator, "draining", "V1_READS")
+    _open_rollback(operator, oncall, namespace)
+
+    advanced = operator.post(
+        f"/namespaces/{namespace}/rollout/advance", {"to_stage": "V1_WRITES", "reason": "now"}
+    )
+    overridden = oncall.post(
+        f"/namespaces/{namespace}/rollout/advance",
+        {"to_stage": "V1_WRITES", "reason": "override", "override": True},
+    )
+
+    for response in (advanced, overridden):
+        assert response.status_code == 409 and response.json()["outcome"] == "ROLLBACK_IN_PROGRESS"
+    assert Namespace.objects.get(name=namespace).stage == "V1_READS"
+    assert not StageChange.objects.filter(namespace=namespace).exists()
+
+
+# --- A27: resume while a rollback is open -------------------------------------------------------------------
+
+
+def test_a27_resume_while_a_rollback_is_open_is_refused_whoever_asks_until_it_ends(operator):
+    from rollout.fences import fence_now
+
+    oncall = make_actor("oncall-rb", "oncall")
+    namespace = _ns(operator, "holding", "V1_READS")
+    left = _open_rollback(operator, oncall, namespace)
+
+    by_api = oncall.post(f"/namespaces/{namespace}/resume", {"reason": "customers waiting"})
+    assert by_api.status_code == 409 and by_api.json()["outcome"] == "PAUSE_HELD", by_api.json()
+    from claims import services
+    from claims.errors import Conflict
+    from claims.models import Principal
+
+    with pytest.raises(Conflict) as refused:
+        services.namespace_resume(
+            principal=Principal.objects.get(name="oncall-rb"), namespace=namespace, reason="by the service"
+        )
+    assert refused.value.outcome == "PAUSE_HELD"
+    # Another fence during the rollback keeps the hold.
+    fence_now(principal=Principal.objects.get(name="oncall-rb"), namespace=namespace, reason="second fence")
+    assert Namespace.objects.get(name=namespace).claims_paused
+
+    done = left["worker"]
+    _legacy(done, left["task_id"], "release")
+    finished = oncall.post(
+        f"/namespaces/{namespace}/rollout/rollback", {"to_stage": "SHADOW", "reason": "drill"}
+    )
+    assert finished.status_code == 200 and finished.json()["outcome"] == "ROLLED_BACK", finished.json()
+    ns = Namespace.objects.get(name=namespace)
+    assert (ns.stage, ns.claims_paused) == ("SHADOW", True)  # claims stay paused until someone resumes
+    resumed = oncall.post(f"/namespaces/{namespace}/resume", {"reason": "rollback done"})
+    assert resumed.status_code == 200 and not Namespace.objects.get(name=namespace).claims_paused
+    entry = AuditEntry.objects.filter(action="namespace_resume", namespace=namespace).get()
+    assert (entry.principal, entry.reason) == ("oncall-rb", "rollback done")
+
+
+# --- A26: 20 concurrent fences and resumes of one namespace ---------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_a26_concurrent_fences_and_resumes_finish_without_deadlock_each_fence_applied_once(operator):
+    from claims.models import Principal
+    from rollout.fences import fence_now
+
+    oncall = make_actor("oncall-many", "oncall")
+    _ns(operator, "incident", "V1_ONLY")
+    worker = make_actor("busy", "worker")
+    for _ in range(3):
+        task_id = operator.create(namespace="incident").json()["task_id"]
+        worker.claim(task_id)
+    principal = Principal.objects.get(name="oncall-many")
+
+    def call(index: int):
+        if index % 5 == 4:  # the fence_epoch job's service, as two jobs at once would run it
+            return fence_now(principal=principal, namespace="incident", reason=f"job {index}")
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {oncall.token}")
+        path = "fence" if index % 2 == 0 else "resume"
+        return client.post(f"/api/v1/namespaces/incident/{path}", {"reason": f"call {index}"}, format="json")
+
+    threads = [run_in_thread(lambda i=i: call(i)) for i in range(20)]
+    for thread, _ in threads:
+        thread.join(60)
+
+    boxes = [box for _, box in threads]
+    assert all("error" not in box for box in boxes), [box.get("error") for box in boxes]
+    answers = [box["value"] for box in boxes if hasattr(box["value"], "status_code")]
+    assert [r.status_code for r in answers] == [200] * len(answers), [r.content for r in answers]
+    fences = [i for i in range(20) if i % 2 == 0 or i % 5 == 4]
+    ns = Namespace.objects.get(name="incident")
+    assert ns.scheduler_epoch == 1 + len(fences)
+    assert AuditEntry.objects.filter(action="epoch_fence", namespace="incident").count() == len(fences)
+
+
+# --- entering SHADOW while claims are paused ----------------------------------------------------------------
+
+
+def test_entering_shadow_while_claims_are_paused_is_refused_and_says_why(operator):
+    oncall = make_actor("oncall-sh", "oncall")
+    namespace = _ns(operator, "importing", "LEGACY")
+    old = make_actor("legacy-old", "worker", "legacy")
+    new = make_actor("v1-new", "worker", "v1")
+    held = operator.create(namespace=namespace).json()["task_id"]
+    assert _legacy(old, held, "claim", ttl_seconds=300).status_code == 200
+    new.post("/workers/register", {"protocol": "claim.v1", "binary_version": "1", "namespace": namespace})
+    oncall.post(f"/namespaces/{namespace}/fence", {"reason": "pause first"})
+
+    refused = operator.post(
+        f"/namespaces/{namespace}/rollout/advance", {"to_stage": "SHADOW", "reason": "go"}
+    )
+    assert refused.status_code == 409 and refused.json()["outcome"] == "CLAIMS_PAUSED", refused.json()
+    assert Namespace.objects.get(name=namespace).stage == "LEGACY"
+    assert Task.objects.get(pk=held).claim_generation == 0
+
+    oncall.post(f"/namespaces/{namespace}/resume", {"reason": "ready to import"})
+    opened = operator.post(f"/namespaces/{namespace}/rollout/advance", {"to_stage": "SHADOW", "reason": "go"})
+    assert opened.status_code == 200, opened.json()
+    task = Task.objects.get(pk=held)
+    assert (task.state, task.owner_id, task.claim_generation) == ("CLAIMED", "legacy-old", 1)
+    assert StageChange.objects.get(namespace=namespace).to_stage == "SHADOW"
+    entry = AuditEntry.objects.get(action="legacy_import", namespace=namespace)
+    assert entry.detail == {"imported": 1, "skipped": {}}
