@@ -232,24 +232,47 @@ class DrainApi(APIView):
 
     @extend_schema(
         operation_id="drain_get",
-        responses={200: OpenApiResponse(description="the last snapshot"), **_errors(401, 404)},
+        parameters=[s.DrainQuery],
+        responses={
+            200: OpenApiResponse(
+                description="the last snapshot; before any was taken, the counts as they stand (taken_at null)"
+            ),
+            **_errors(400, 401, 404),
+        },
     )
     def get(self, request: Request, ns: str) -> Response:
-        stages._namespace(ns)
-        pool = request.query_params.get("pool") or ""
+        namespace = stages._namespace(ns)
+        pool = _pool(request)
         snapshot = DrainSnapshot.objects.filter(namespace=ns, pool=pool).order_by("-taken_at").first()
         if snapshot is None:
-            snapshot = stages.drain_snapshot(namespace=ns, pool=pool or None)
+            # Nothing recorded yet: the counts as they stand, recorded by nobody (a GET writes no row).
+            counts = selectors.drain_counts(namespace, pool=pool or None)
+            return Response(
+                {
+                    "pool": pool or None,
+                    **counts,
+                    "clean": not any(counts.values()),
+                    "clean_streak": 0,
+                    "taken_at": None,
+                }
+            )
         return Response(_snapshot_body(snapshot))
 
     @extend_schema(
         operation_id="drain_snapshot",
         request=None,
-        responses={201: OpenApiResponse(description="a new snapshot"), **_errors(401, 403, 404)},
+        parameters=[s.DrainQuery],
+        responses={201: OpenApiResponse(description="a new snapshot"), **_errors(400, 401, 403, 404)},
     )
     def post(self, request: Request, ns: str) -> Response:
-        pool = request.query_params.get("pool") or None
+        pool = _pool(request) or None
         return Response(_snapshot_body(stages.drain_snapshot(namespace=ns, pool=pool)), status=201)
+
+
+def _pool(request: Request) -> str:
+    query = s.DrainQuery(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    return query.validated_data.get("pool", "")
 
 
 class PoolsApi(APIView):

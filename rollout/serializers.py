@@ -6,6 +6,7 @@ from claims.digest import digest
 from claims.serializers import (
     DigestField,
     JSONValueField,
+    StrictCharField,
     StrictSerializer,
     identifier,
     lease_seconds,
@@ -105,3 +106,7 @@ class MismatchOut(serializers.Serializer):
 
 
 MismatchPage = paginated(MismatchOut, "MismatchPage")
+
+
+class DrainQuery(serializers.Serializer):
+    pool = StrictCharField(max_length=100, required=False, allow_blank=True, default="")

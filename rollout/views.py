@@ -178,8 +178,12 @@ def fence(request: HttpRequest, ns: str) -> HttpResponse:
 @require_POST
 @role_required("oncall")
 def resume(request: HttpRequest, ns: str) -> HttpResponse:
+    reason = request.POST.get("reason", "").strip()
+    if not reason:
+        messages.error(request, "A resume needs a reason (it is audited).")
+        return redirect("console:rollout", ns=ns)
     try:
-        services.namespace_resume(principal=acting(request), namespace=ns, reason="resumed from the console")
+        services.namespace_resume(principal=acting(request), namespace=ns, reason=reason)
         messages.success(request, "Claims resumed.")
     except ClaimError as exc:
         report(request, exc)

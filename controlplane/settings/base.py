@@ -138,7 +138,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["claims.auth.BearerTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["claims.permissions.AnyRole"],
     "DEFAULT_PARSER_CLASSES": ["claims.parsers.StrictJSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["claims.renderers.SafeJSONRenderer"],
     "DEFAULT_PAGINATION_CLASS": "claims.pagination.Pagination",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "claims.errors.exception_handler",

@@ -122,3 +122,58 @@ def test_a_fence_asked_while_the_job_queue_is_down_is_kept_and_says_so(ui_oncall
         FenceRequest.objects.get().status == "PENDING"
     )  # kept: resend_fences sends it when the queue is back
     assert Namespace.objects.get(name="default").scheduler_epoch == 1
+
+
+def test_a_console_reconcile_takes_only_the_values_the_api_takes(ui_operator, worker_a, ready_task):
+    claim = worker_a.claim(ready_task).json()
+    key = worker_a.prepare(claim, "mail", {"to": "ops"}).json()["effect_id"]
+    worker_a.outcome(claim, key, "UNKNOWN")
+
+    bogus = ui_operator.post(f"/effects/{key}/reconcile", {"observed": "BOGUS"}, follow=True)
+    missing = ui_operator.post(f"/effects/{key}/reconcile", {}, follow=True)
+
+    assert b"INVALID" in bogus.content and b"observed" in bogus.content
+    assert missing.status_code == 200
+    assert Effect.objects.get(pk=key).state == "UNKNOWN"  # neither moved it (BOGUS once moved it to PREPARED)
+    assert not AuditEntry.objects.filter(action="effect_reconcile").exists()
+
+
+def test_every_console_form_with_a_text_field_has_a_disabled_default_button(ui_oncall, operator, worker_a):
+    """Enter in a field submits a form through its default button — the first submit button. A disabled one
+    makes Enter do nothing, so a destructive button is only ever pressed on purpose."""
+    import re
+
+    claim = worker_a.claim(operator.create().json()["task_id"]).json()
+    key = worker_a.prepare(claim, "mail", {"to": "ops"}).json()["effect_id"]
+    worker_a.outcome(claim, key, "UNKNOWN")
+    Namespace.objects.filter(name="default").update(claims_paused=True)  # the resume form shows
+
+    for path in ("/ns/default/", "/effects/"):
+        page = ui_oncall.get(path).content.decode()
+        forms = re.findall(r'<form method="post".*?</form>', page, flags=re.S)
+        assert forms, path
+        for form in forms:
+            if 'type="text"' in form:
+                first = re.search(r"<button[^>]*>", form).group(0)
+                assert 'type="submit"' in first and "disabled" in first, (path, form[:200])
+
+
+def test_resume_from_the_console_asks_for_a_reason_and_is_audited(ui_oncall, default_namespace):
+    Namespace.objects.filter(name="default").update(claims_paused=True)
+
+    without = ui_oncall.post("/ns/default/resume", {}, follow=True)
+    assert Namespace.objects.get(name="default").claims_paused and b"needs a reason" in without.content
+
+    ui_oncall.post("/ns/default/resume", {"reason": "incident over"})
+    assert not Namespace.objects.get(name="default").claims_paused
+    entry = AuditEntry.objects.get(action="namespace_resume")
+    assert (entry.principal, entry.reason) == ("ui:oncall-user", "incident over")
+
+
+def test_resume_from_the_console_is_refused_while_a_rollback_holds_the_pause(ui_oncall, default_namespace):
+    Namespace.objects.filter(name="default").update(claims_paused=True, pause_hold="rollback:demo")
+
+    refused = ui_oncall.post("/ns/default/resume", {"reason": "one click"}, follow=True)
+
+    assert b"PAUSE_HELD" in refused.content
+    assert Namespace.objects.get(name="default").claims_paused

@@ -141,6 +141,27 @@ def test_an_oncall_fences_by_keyboard_and_sees_the_new_epoch(page, live_server, 
     ).exists()
 
 
+def test_enter_in_a_console_field_never_presses_a_destructive_button(page, live_server, world):
+    worker = make_actor("enter-worker", "worker")
+    claim = worker.claim(world["operator"].create(node_id="mail").json()["task_id"]).json()
+    key = worker.prepare(claim, "mail", {"to": "ops"}).json()["effect_id"]
+    worker.outcome(claim, key, "UNKNOWN")
+    log_in(page, live_server, "oscar")
+
+    page.goto(f"{live_server.url}/ns/default/")
+    page.locator("#fence-reason").fill("typed, then Enter by habit")
+    page.locator("#fence-confirm").fill("default")
+    page.locator("#fence-confirm").press("Enter")
+    page.goto(f"{live_server.url}/effects/")
+    page.get_by_label("External reference").first.fill("ticket-9")
+    page.get_by_label("External reference").first.press("Enter")
+    page.wait_for_timeout(500)  # a submission, had one started, would have navigated by now
+
+    assert Namespace.objects.get(name="default").scheduler_epoch == 1
+    assert not AuditEntry.objects.filter(action__in=["fence_requested", "epoch_fence"]).exists()
+    assert Effect.objects.get(pk=key).state == "UNKNOWN"
+
+
 def test_a_reviewer_explains_a_mismatch_from_its_side_by_side_timelines(
     page, live_server, world, shot, db_clock
 ):
