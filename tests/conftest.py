@@ -360,6 +360,13 @@ def wait_done_or_waiting(box: dict, waiters: int, timeout: float = 20.0) -> None
     raise AssertionError(f"the competitor neither finished nor waited on a lock within {timeout}s")
 
 
+def pg_deadlocks() -> int:
+    """PostgreSQL's own count of the deadlocks it detected in the test database (pg_stat_database)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
+        return cursor.fetchone()[0]
+
+
 # --- a real Celery worker process ---------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[1]

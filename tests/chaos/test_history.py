@@ -26,6 +26,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -34,6 +35,7 @@ from django.db import connection
 
 from claims.digest import digest
 from claims.models import (
+    Attempt,
     AuditEntry,
     DispatchIntent,
     Effect,
@@ -42,15 +44,17 @@ from claims.models import (
     Principal,
     StagedResult,
     Task,
+    TaskEvent,
 )
 from claims.tasks import redeliver_dispatches
 from rollout import fences
-from rollout.models import DrainSnapshot, FenceRequest, Rollback
+from rollout.models import DrainSnapshot, FenceRequest, Rollback, StageChange
 from rollout.tasks import advance_rollback, fence_epoch, resend_fences
 from tests.conftest import (
     FAST_RESEND_ENV,
     ensure_default_namespace,
     make_actor,
+    pg_deadlocks,
     process_database_url,
     row_locked,
     wait_for,
@@ -200,7 +204,44 @@ def check_invariants(
         row = Task.objects.get(pk=task_id)
         assert row.state == "COMMITTED" and str(row.attempt_id) in attempts, task_id
     assert len(committed) >= min_commits, f"only {len(committed)} commits in {SECONDS}s"
+
+    # 6. a RENEWED answer is never followed by another attempt's grant before that expiry: every attempt a reclaim
+    #    ended was past its last lease — the claim's, or the latest renew's — when the next attempt started
+    for attempt in Attempt.objects.filter(namespace__name="chaos", end_reason="RECLAIMED"):
+        leases = [
+            datetime.fromisoformat(event.detail["lease_expires_at"])
+            for event in TaskEvent.objects.filter(
+                attempt_id=attempt.attempt_id, kind__in=["claimed", "reclaimed", "renewed"]
+            )
+        ]
+        after = (
+            Attempt.objects.filter(task_id=attempt.task_id, claim_generation=attempt.claim_generation + 1)
+            .values_list("started_at", "scheduler_epoch")
+            .first()
+        )
+        assert after is not None, attempt.attempt_id
+        started, epoch = after
+        assert epoch > attempt.scheduler_epoch or started >= max(leases), (
+            f"task {attempt.task_id}: generation {attempt.claim_generation + 1} granted at {started}, "
+            f"before generation {attempt.claim_generation}'s lease ran out ({max(leases)})"
+        )
     return history
+
+
+def check_stage_history(namespace: str) -> list[str]:
+    """The namespace's stage changes replay as the documented moves only: each starts where the previous ended,
+    and is one step forward or a rollback to an earlier stage."""
+    from rollout.stages import ORDER
+
+    changes = list(StageChange.objects.filter(namespace=namespace).order_by("at", "id"))
+    stages = [changes[0].from_stage] if changes else []
+    for change in changes:
+        assert change.from_stage == stages[-1], [(c.from_stage, c.to_stage) for c in changes]
+        step = ORDER.index(change.to_stage) - ORDER.index(change.from_stage)
+        assert step == 1 or step < 0, (change.from_stage, change.to_stage)
+        stages.append(change.to_stage)
+    assert not stages or Namespace.objects.get(name=namespace).stage == stages[-1]
+    return stages
 
 
 def create_tasks(operator, count: int, kinds: tuple[str, ...] = ("plain",)) -> list[str]:
@@ -240,6 +281,7 @@ def test_invariants_hold_over_a_history_with_pauses_kills_terminated_connections
     operator, oncall = make_actor("chaos-op", "operator"), make_actor("chaos-oncall", "oncall")
     operator.post("/namespaces", {"name": "chaos"})
     create_tasks(operator, TASKS)
+    deadlocks_before, oncall_answers = pg_deadlocks(), []
     workers = [make_actor(f"chaos-w{i}", "worker") for i in range(4)]
     logs = [tmp_path / f"{w.name}.jsonl" for w in workers]
     end = time.monotonic() + SECONDS
@@ -273,14 +315,18 @@ def test_invariants_hold_over_a_history_with_pauses_kills_terminated_connections
         procs[killed] = spawn_workers(
             server, [workers[killed]], [log], seconds=max(1, end - time.monotonic())
         )[0]
-        oncall.post("/namespaces/chaos/fence", {"reason": f"chaos round {rounds}"})
+        oncall_answers.append(
+            oncall.post("/namespaces/chaos/fence", {"reason": f"chaos round {rounds}"}).status_code
+        )
         time.sleep(0.3)
-        oncall.post("/namespaces/chaos/resume", {})
+        oncall_answers.append(oncall.post("/namespaces/chaos/resume", {"reason": "round over"}).status_code)
         faults["epoch fence + resume"] += 1
     for proc in procs:
         proc.wait(max(0, end - time.monotonic()) + 30)
 
     history = check_invariants(logs, revised=revised)
+    assert set(oncall_answers) == {200}, oncall_answers  # never a 503 for an on-call in an incident
+    assert pg_deadlocks() == deadlocks_before
     outcomes = defaultdict(int)
     for e in history:
         outcomes[f"{e['op']}:{e['outcome']}"] += 1
@@ -333,6 +379,9 @@ def test_nothing_acknowledged_is_lost_when_postgres_restarts_under_load(server, 
     )
 
 
+_ACTS_ON_EFFECT = ["prepared", "prepare_seen", "dispatch_recorded", "delivered", "outcome", "reconciled"]
+
+
 def check_effects(target, *, namespace: str = "chaos") -> dict[str, int]:
     """At most one COMMITTED per effect_id, and no call acted on at the target after it; a COMMITTED effect was
     really called; nothing the target did is recorded FAILED. Returns the figures."""
@@ -353,6 +402,29 @@ def check_effects(target, *, namespace: str = "chaos") -> dict[str, int]:
                 f"a call at the target after {effect.effect_id} COMMITTED"
             )
         assert effect.state != "FAILED" or not calls, f"{effect.effect_id} acted on but recorded FAILED"
+        # No worker's outcome report lands while a dispatch of the effect is in flight (it would move the effect
+        # off that delivery, which is then ignored and sent again: a second call, A23), and a report by an
+        # attempt other than the one that acted last on the effect is never accepted.
+        ledger = list(EffectEvent.objects.filter(effect=effect).order_by("id"))
+        intents = list(DispatchIntent.objects.filter(effect=effect))
+        for index, entry in enumerate(ledger):
+            if entry.kind != "outcome":
+                continue
+            for intent in intents:
+                assert not (
+                    intent.created_at <= entry.at
+                    and (intent.finished_at is None or entry.at < intent.finished_at)
+                ), f"{effect.effect_id}: an outcome report while dispatch {intent.pk} was in flight"
+            acts = [e for e in ledger[:index] if e.kind in _ACTS_ON_EFFECT]
+            current = (
+                Attempt.objects.filter(task_id=effect.task_id, started_at__lte=entry.at)
+                .order_by("-claim_generation")
+                .values_list("attempt_id", flat=True)
+                .first()
+            )
+            assert entry.attempt_id == current or (acts and acts[-1].attempt_id == entry.attempt_id), (
+                f"{effect.effect_id}: a report by {entry.attempt_id} after another attempt acted on the effect"
+            )
     reconciled = EffectEvent.objects.filter(effect__namespace__name=namespace, kind="reconciled")
     figures["reconciled_by_workers"] = reconciled.filter(principal__startswith="chaos-w").count()
     figures["reconciled_by_oncall"] = reconciled.exclude(principal__startswith="chaos-w").count()
@@ -377,6 +449,7 @@ def test_invariants_hold_with_effects_lost_replies_killed_job_workers_a_fence_jo
     operator, oncall = make_actor("chaos-op", "operator"), make_actor("chaos-oncall", "oncall")
     operator.post("/namespaces", {"name": "chaos"})
     create_tasks(operator, TASKS * 2, kinds=("plain", "effect", "dispatch"))
+    deadlocks_before = pg_deadlocks()
     effect_target.drop_rate, effect_target.delays = 0.25, {"/notify": 0.3}
     effect_target.fence_paths = {"/charge"}
     jobs = JobWorker(celery_workers)
@@ -438,19 +511,22 @@ def test_invariants_hold_with_effects_lost_replies_killed_job_workers_a_fence_jo
 
     history = check_invariants(logs)
     effects = check_effects(effect_target)
+    stages = check_stage_history("chaos")
+    assert pg_deadlocks() == deadlocks_before
     assert effects["reconciled_by_workers"] >= 1, effects  # the lost-reply path really ran
     fenced = FenceRequest.objects.filter(namespace="chaos")
     assert all(f.status == "CHECKED" for f in fenced)
-    assert (
-        AuditEntry.objects.filter(action="epoch_fence", target__startswith="fence:").count() == fenced.count()
-    )
+    for (
+        request
+    ) in fenced:  # each fence applied once, whatever its job's deaths (a rollback's fence has its own id)
+        assert AuditEntry.objects.filter(action="epoch_fence", target=f"fence:{request.pk}").count() == 1
     outcomes = defaultdict(int)
     for e in history:
         outcomes[f"{e['op']}:{e['outcome']}"] += 1
     deliveries = DispatchIntent.objects.filter(effect__namespace__name="chaos")
     print(
         f"\nCHAOS-FX {len(history)} operations, {rounds} rounds, faults: {dict(faults)}\n"
-        f"outcomes: {dict(outcomes)}\neffects: {effects}\n"
+        f"outcomes: {dict(outcomes)}\neffects: {effects}\nstages: {' → '.join(stages)}\n"
         f"dispatch intents: {deliveries.count()}, delivered more than once: {deliveries.filter(deliveries__gt=1).count()}"
     )
 

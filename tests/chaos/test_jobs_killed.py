@@ -98,7 +98,7 @@ def test_a_fence_job_killed_during_its_self_check_is_finished_without_a_second_b
     assert AuditEntry.objects.filter(action="fence_self_check", target=f"fence:{request.pk}").count() == 1
 
 
-def test_a_rollback_job_killed_after_moving_the_stage_is_finished_by_the_next_run(celery_workers):
+def test_a_rollback_job_killed_inside_its_finishing_transaction_leaves_nothing_half_done(celery_workers):
     operator, oncall = make_actor("olivia-operator", "operator"), make_actor("oscar-oncall", "oncall")
     worker = make_actor("w-moving", "worker")
     operator.post("/namespaces", {"name": "moving", "stage": "V1_ONLY"})
@@ -114,10 +114,13 @@ def test_a_rollback_job_killed_after_moving_the_stage_is_finished_by_the_next_ru
 
     with row_locked("SELECT 1 FROM rollout_rollback WHERE rollback_id = %s FOR UPDATE", [rollback.pk]):
         advance_rollback.delay(str(rollback.pk))
-        wait_for_lock_waiters(1)  # the stage has moved; marking the rollback done waits for the row
-        assert Namespace.objects.get(name="moving").stage == "V1_WRITES"
+        wait_for_lock_waiters(1)  # the job holds the namespace row and waits for the rollback's
+        # The stage move, the hold's release and DONE are one transaction: nothing of it is visible yet.
+        assert Namespace.objects.get(name="moving").stage == "V1_ONLY"
         celery_workers.kill(first)
 
+    ns = Namespace.objects.get(name="moving")
+    assert (ns.stage, ns.pause_hold) == ("V1_ONLY", f"rollback:{rollback.pk}")
     assert Rollback.objects.get().finished_at is None
     celery_workers.start()
     advance_rollback.delay()  # beat's periodic run: every unfinished rollback
@@ -127,7 +130,8 @@ def test_a_rollback_job_killed_after_moving_the_stage_is_finished_by_the_next_ru
     assert list(StageChange.objects.filter(namespace="moving").values_list("to_stage", flat=True)) == [
         "V1_WRITES"
     ]
-    assert Namespace.objects.get(name="moving").claims_paused is True
+    ns = Namespace.objects.get(name="moving")
+    assert (ns.stage, ns.claims_paused, ns.pause_hold) == ("V1_WRITES", True, "")
 
 
 def test_a_delivery_killed_while_the_target_acts_is_sent_again_under_the_same_key(

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 from claims.models import AuditEntry, Namespace, StagedResult, Task
 from rollout.models import ComparedOperation, LegacyClaim, StageChange
 from rollout.stages import ORDER
-from tests.conftest import Pause, make_actor, run_in_thread, wait_done_or_waiting
+from tests.conftest import Pause, make_actor, pg_deadlocks, run_in_thread, wait_done_or_waiting
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -196,6 +196,7 @@ def test_a26_concurrent_fences_and_resumes_finish_without_deadlock_each_fence_ap
         task_id = operator.create(namespace="incident").json()["task_id"]
         worker.claim(task_id)
     principal = Principal.objects.get(name="oncall-many")
+    deadlocks_before = pg_deadlocks()
 
     def call(index: int):
         if index % 5 == 4:  # the fence_epoch job's service, as two jobs at once would run it
@@ -217,6 +218,7 @@ def test_a26_concurrent_fences_and_resumes_finish_without_deadlock_each_fence_ap
     ns = Namespace.objects.get(name="incident")
     assert ns.scheduler_epoch == 1 + len(fences)
     assert AuditEntry.objects.filter(action="epoch_fence", namespace="incident").count() == len(fences)
+    assert pg_deadlocks() == deadlocks_before
 
 
 # --- entering SHADOW while claims are paused ----------------------------------------------------------------
@@ -247,3 +249,24 @@ def test_entering_shadow_while_claims_are_paused_is_refused_and_says_why(operato
     assert StageChange.objects.get(namespace=namespace).to_stage == "SHADOW"
     entry = AuditEntry.objects.get(action="legacy_import", namespace=namespace)
     assert entry.detail == {"imported": 1, "skipped": {}}
+
+
+def test_the_fence_self_check_is_never_counted_as_traffic(operator):
+    from claims.models import Principal, TaskEvent
+    from rollout import selectors
+    from rollout.fences import fence_now
+
+    make_actor("oncall-probe", "oncall")
+    namespace = _ns(operator, "probed", "V1_ONLY")
+    worker = make_actor("probe-worker", "worker")
+    task_id = operator.create(namespace=namespace).json()["task_id"]
+    worker.finish(worker.claim(task_id).json(), {"ok": 1})
+    ns = Namespace.objects.get(name=namespace)
+    before = selectors.coverage(ns)["points"]["commit"]
+
+    request = fence_now(principal=Principal.objects.get(name="oncall-probe"), namespace=namespace, reason="t")
+
+    assert request.self_check["ok"] is True
+    after = selectors.coverage(Namespace.objects.get(name=namespace))["points"]["commit"]
+    assert (after["validated"], after["total"]) == (before["validated"], before["total"]) == (1, 1)
+    assert not TaskEvent.objects.filter(task_id=task_id, kind="fenced").exists()
