@@ -347,8 +347,10 @@ class NamespaceResumeApi(APIView):
     @extend_schema(
         operation_id="namespace_resume",
         request=s.OptionalReasonIn,
-        responses={200: s.NamespaceOut, **_errors(400, 401, 403, 404)},
-        description="Lift the pause; the epoch stays. Answers `{outcome: RESUMED, ...namespace}`.",
+        responses={200: s.NamespaceOut, **_errors(400, 401, 403, 404, 409)},
+        description="Lift the pause; the epoch stays. Answers `{outcome: RESUMED, ...namespace}`. The reason is "
+        "optional (the frozen contract sends none) and audited with the principal. While the pause is held — a "
+        "rollback draining holds it until it ends — 409 PAUSE_HELD (reason ROLLBACK), whoever asks.",
     )
     def post(self, request: Request, ns: str) -> Response:
         data = _valid(s.OptionalReasonIn, request) if request.data else {}

@@ -101,8 +101,11 @@ class EffectOutcomeApi(APIView):
         request=s.EffectOutcomeIn,
         responses={200: s.OutcomeOut, **_errors(400, 401, 403, 404, 409)},
         description="Record what happened: COMMITTED, FAILED (a definite refusal) or UNKNOWN (a timeout — never "
-        "FAILED). From PREPARED or UNKNOWN (else INVALID_TRANSITION). Accepted from the attempt that prepared or "
-        "dispatched the effect even after it was fenced, and from the current attempt; else FENCED.",
+        "FAILED). From PREPARED or UNKNOWN (else INVALID_TRANSITION). Accepted from the current attempt, and from "
+        "the attempt that prepared or dispatched the effect even after it was fenced — about its own part only: once "
+        "anyone else has acted on the effect since (a replacement prepared, dispatched or reconciled it; an "
+        "operator reconciled it), an older attempt's report is 409 FENCED (ATTEMPT). While a dispatch of the effect "
+        "is in flight its delivery records the outcome: a report is 409 INVALID_TRANSITION (DISPATCH_IN_FLIGHT).",
     )
     def post(self, request: Request, effect_id: str) -> Response:
         data = _valid(s.EffectOutcomeIn, request)

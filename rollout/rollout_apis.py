@@ -90,7 +90,10 @@ class AdvanceApi(APIView):
             **_errors(400, 401, 403, 404, 409),
         },
         description="Move one step when the gate holds: 409 GATE_NOT_MET with current {gate, figures}; "
-        "409 INVALID_TRANSITION unless to_stage is the next stage. override (oncall, with a reason) "
+        "409 INVALID_TRANSITION unless to_stage is the next stage (reason STAGE_CHANGED when the stage moved under "
+        "the advance: stage changes are compare-and-set on the stage they start from); 409 ROLLBACK_IN_PROGRESS "
+        "while a rollback of the namespace is open, override or not; entering SHADOW while claims are paused is 409 "
+        "CLAIMS_PAUSED (the import of live legacy claims would grant nothing). override (oncall, with a reason) "
         "moves anyway and is recorded as an override.",
     )
     def post(self, request: Request, ns: str) -> Response:

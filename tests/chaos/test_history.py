@@ -48,7 +48,7 @@ from claims.models import (
 )
 from claims.tasks import redeliver_dispatches
 from rollout import fences
-from rollout.models import DrainSnapshot, FenceRequest, Rollback, StageChange
+from rollout.models import DrainSnapshot, FenceRequest, Rollback
 from rollout.tasks import advance_rollback, fence_epoch, resend_fences
 from tests.conftest import (
     FAST_RESEND_ENV,
@@ -57,6 +57,7 @@ from tests.conftest import (
     pg_deadlocks,
     process_database_url,
     row_locked,
+    stage_history_replays,
     wait_for,
 )
 
@@ -226,22 +227,6 @@ def check_invariants(
             f"before generation {attempt.claim_generation}'s lease ran out ({max(leases)})"
         )
     return history
-
-
-def check_stage_history(namespace: str) -> list[str]:
-    """The namespace's stage changes replay as the documented moves only: each starts where the previous ended,
-    and is one step forward or a rollback to an earlier stage."""
-    from rollout.stages import ORDER
-
-    changes = list(StageChange.objects.filter(namespace=namespace).order_by("at", "id"))
-    stages = [changes[0].from_stage] if changes else []
-    for change in changes:
-        assert change.from_stage == stages[-1], [(c.from_stage, c.to_stage) for c in changes]
-        step = ORDER.index(change.to_stage) - ORDER.index(change.from_stage)
-        assert step == 1 or step < 0, (change.from_stage, change.to_stage)
-        stages.append(change.to_stage)
-    assert not stages or Namespace.objects.get(name=namespace).stage == stages[-1]
-    return stages
 
 
 def create_tasks(operator, count: int, kinds: tuple[str, ...] = ("plain",)) -> list[str]:
@@ -511,7 +496,7 @@ def test_invariants_hold_with_effects_lost_replies_killed_job_workers_a_fence_jo
 
     history = check_invariants(logs)
     effects = check_effects(effect_target)
-    stages = check_stage_history("chaos")
+    stages = stage_history_replays("chaos")
     assert pg_deadlocks() == deadlocks_before
     assert effects["reconciled_by_workers"] >= 1, effects  # the lost-reply path really ran
     fenced = FenceRequest.objects.filter(namespace="chaos")

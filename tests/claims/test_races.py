@@ -6,7 +6,6 @@ write takes (or carried in the write's WHERE), on a clock read after the locks a
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -17,6 +16,7 @@ from tests.conftest import (
     row_locked,
     run_in_thread,
     wait_done_or_waiting,
+    wait_for,
     wait_for_lock_waiters,
 )
 
@@ -174,7 +174,9 @@ def test_a23_a_fenced_attempts_late_report_cannot_move_the_effect_off_the_replac
     dispatching, box = run_in_thread(
         lambda: worker_b.dispatch(claim_b, effect_id, payload, effect_target.url + "/mail")
     )
-    assert _eventually(lambda: effect_target.count(effect_id) == 1)  # B's call is at the target, no reply yet
+    assert wait_for(
+        lambda: effect_target.count(effect_id) == 1, seconds=20
+    )  # B's call is at the target, no reply yet
     late = worker_a.outcome(claim_a, effect_id, "FAILED")
     hold.set()
     dispatching.join(30)
@@ -204,12 +206,3 @@ def test_a23_the_attempt_that_dispatched_may_still_report_while_nobody_moved_the
 
     assert report.status_code == 200, report.json()
     assert Effect.objects.get(pk=effect_id).state == "COMMITTED"
-
-
-def _eventually(predicate, seconds: float = 20.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False

@@ -11,8 +11,14 @@ from rest_framework.test import APIClient
 
 from claims.models import AuditEntry, Namespace, StagedResult, Task
 from rollout.models import ComparedOperation, LegacyClaim, StageChange
-from rollout.stages import ORDER
-from tests.conftest import Pause, make_actor, pg_deadlocks, run_in_thread, wait_done_or_waiting
+from tests.conftest import (
+    Pause,
+    make_actor,
+    pg_deadlocks,
+    run_in_thread,
+    stage_history_replays,
+    wait_done_or_waiting,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,19 +32,6 @@ def _legacy(actor, task_id, op, **body):
     return actor.client.post(
         f"/api/legacy/tasks/{task_id}/{op}", {"owner_id": actor.name, **body}, format="json"
     )
-
-
-def _stage_history_replays(namespace: str) -> list[str]:
-    """The namespace's stage changes, each starting where the previous ended, each a documented move: one step
-    forward, or a rollback to any earlier stage."""
-    changes = list(StageChange.objects.filter(namespace=namespace).order_by("at", "id"))
-    stages = [changes[0].from_stage] if changes else []
-    for change in changes:
-        assert change.from_stage == stages[-1], [(c.from_stage, c.to_stage) for c in changes]
-        step = ORDER.index(change.to_stage) - ORDER.index(change.from_stage)
-        assert step == 1 or step < 0, (change.from_stage, change.to_stage)
-        stages.append(change.to_stage)
-    return stages
 
 
 # --- A24: in SHADOW and V1_READS, who may act is decided before any store is asked ---------------------------
@@ -102,7 +95,7 @@ def test_a25_an_advance_racing_a_rollback_never_undoes_the_rollback(operator, se
     rolled = rollback_box["value"]
     assert rolled.status_code == 200 and rolled.json()["outcome"] == "ROLLED_BACK", rolled.json()
     assert Namespace.objects.get(name=namespace).stage == "SHADOW"
-    assert _stage_history_replays(namespace)[-1] == "SHADOW"
+    assert stage_history_replays(namespace)[-1] == "SHADOW"
     advanced = advance_box["value"]
     if advanced.status_code != 200:
         assert advanced.status_code == 409 and advanced.json()["outcome"] in (
