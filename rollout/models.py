@@ -165,7 +165,7 @@ class Rollback(models.Model):
     namespace = models.CharField(max_length=100)
     from_stage = models.CharField(max_length=16)
     to_stage = models.CharField(max_length=16)
-    step = models.CharField(max_length=16)  # FENCED → DRAINING → DONE
+    step = models.CharField(max_length=16)  # FENCING → DRAINING → DONE
     reason = models.TextField()
     principal = models.CharField(max_length=200)
     scheduler_epoch = models.PositiveBigIntegerField()

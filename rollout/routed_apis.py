@@ -153,7 +153,7 @@ class RoutedCommitApi(core_apis.TaskCommitApi):
             v1_call=lambda: core.task_commit(principal=p, task_id=task_id, **data),
             legacy_call=complete,
             v1_write_through=lambda store, ns, now, committed: complete(store, ns, now),
-            precondition=lambda: staged is not None,
+            core_refuses=staged is None,
         )
         if routed is None:
             return super().post(request, task_id)

@@ -460,7 +460,7 @@ def routed_v1(
     owner_id: str,
     success_word: str,
     v1_write_through=None,
-    precondition=None,
+    core_refuses: bool = False,
 ) -> Routed | None:
     """Route one claim.v1 request (claim, renew, release, commit) by the namespace's stage.
 
@@ -489,12 +489,14 @@ def routed_v1(
         ns, scheduler_epoch=scheduler_epoch, attempt_id=attempt_id
     ):
         return None
-    if precondition is not None and not precondition():
-        return None  # the core answers (it can only refuse what the precondition found missing)
     if ns.stage == Stage.LEGACY:
         raise StageNotOpen(
             f"namespace {ns.name} is at LEGACY: the claim.v1 API is not open yet", current={"stage": ns.stage}
         )
+    if core_refuses and ns.stage in LEGACY_DECIDES:
+        # Legacy would decide on nothing (a commit whose attempt staged no such result): the core answers, and it
+        # can only refuse.
+        return None
     if ns.stage == Stage.V1_WRITES:
         value = v1_call()
         if v1_write_through is not None:

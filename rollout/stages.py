@@ -356,7 +356,7 @@ def _hold_of(rollback: Rollback) -> str:
 
 def _fence_for(rollback: Rollback) -> None:
     """Step 1, idempotent on the rollback's id (a run killed after the fence finds it recorded)."""
-    actor = Principal.objects.filter(name=rollback.principal).first()
+    actor = Principal.objects.get(name=rollback.principal)
     services.epoch_fence(
         principal=actor,
         namespace=rollback.namespace,
@@ -377,8 +377,8 @@ def advance_rollback(
     """Drive a rollback: fence (once), take a namespace-wide drain snapshot; at the first clean one (or when
     forced) move the stage back and finish. Idempotent; the ``advance_rollback`` job calls it until done.
 
-    The finish is one transaction under the namespace row lock: the stage's compare-and-set from the stage the
-    rollback started at, the pause hold released (claims stay paused), the rollback marked done, its StageChange.
+    The finish is one transaction under the namespace row lock: the stage's compare-and-set back, the pause hold
+    released (claims stay paused), the rollback marked done, its StageChange.
     """
     running = Rollback.objects.get(pk=rollback_id)
     if running.finished_at is not None:
@@ -395,6 +395,8 @@ def advance_rollback(
         locked = Rollback.objects.select_for_update().get(pk=rollback_id)
         if locked.finished_at is not None:
             return locked
+        # An advance is refused while the rollback is open, so the stage is still the one it started from — or,
+        # for a rollback begun before the finish was one transaction, already moved back.
         if hold.stage != locked.to_stage:
             services.namespace_set_stage(
                 principal=principal,
@@ -402,15 +404,13 @@ def advance_rollback(
                 stage=locked.to_stage,
                 expected_stage=hold.stage,
                 reason=f"rollback{' (forced: ' + reason + ')' if forced else ''}",
-                release_hold=_hold_of(locked),
             )
-        else:
-            services.namespace_release_hold(namespace=locked.namespace, hold=_hold_of(locked))
+        services.namespace_release_hold(namespace=locked.namespace, hold=_hold_of(locked))
         locked.step, locked.finished_at, locked.forced = "DONE", hold.now, forced
         locked.save(update_fields=["step", "finished_at", "forced"])
         StageChange.objects.create(
             namespace=locked.namespace,
-            from_stage=hold.stage,
+            from_stage=locked.from_stage,
             to_stage=locked.to_stage,
             principal=principal.name if principal else "system",
             reason=locked.reason,

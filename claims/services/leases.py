@@ -609,47 +609,43 @@ def leases_reap(*, limit: int = 500) -> int:
     """Record `lease_expired` once for every claim whose lease ran out and that nobody has reclaimed yet (the task
     stays CLAIMED; the next claim is a reclaim). Keeps timelines and the frontier's story accurate and feeds the
     reclamation-latency metric. Idempotent: an attempt already reaped is skipped. Returns how many it recorded."""
-    with transaction.atomic(durable=True):
-        return _reap(limit)
-
-
-def _reap(limit: int) -> int:
     # The expired rows are locked (SKIP LOCKED: a renew or claim deciding on one now is passed over, not waited
     # for), so a renew cannot commit between our read and our `lease_expired` — the timeline never says a lease
     # ran out that was renewed. No lock wait, so the clock read first is still the decision's instant.
-    now = clock.now()
-    reaped = TaskEvent.objects.filter(
-        kind=EventKind.LEASE_EXPIRED, task_id=OuterRef("pk"), attempt_id=OuterRef("attempt_id")
-    )
-    expired = list(
-        Task.objects.select_for_update(skip_locked=True, no_key=True)
-        .filter(state=TaskState.CLAIMED, lease_expires_at__lte=now)
-        .exclude(Exists(reaped))
-        .values_list(
-            "task_id",
-            "namespace_id",
-            "attempt_id",
-            "claim_generation",
-            "scheduler_epoch",
-            "owner_id",
-            "lease_expires_at",
-        )[:limit]
-    )
-    TaskEvent.objects.bulk_create(
-        [
-            new_event(
-                EventKind.LEASE_EXPIRED,
-                namespace_id=ns_id,
-                task_id=task_id,
-                at=now,
-                principal=None,
-                attempt_id=attempt_id,
-                claim_generation=generation,
-                scheduler_epoch=epoch,
-                owner_id=owner,
-                detail={"lease_expires_at": lease.isoformat()},
-            )
-            for task_id, ns_id, attempt_id, generation, epoch, owner, lease in expired
-        ]
-    )
-    return len(expired)
+    with transaction.atomic(durable=True):
+        now = clock.now()
+        reaped = TaskEvent.objects.filter(
+            kind=EventKind.LEASE_EXPIRED, task_id=OuterRef("pk"), attempt_id=OuterRef("attempt_id")
+        )
+        expired = list(
+            Task.objects.select_for_update(skip_locked=True, no_key=True)
+            .filter(state=TaskState.CLAIMED, lease_expires_at__lte=now)
+            .exclude(Exists(reaped))
+            .values_list(
+                "task_id",
+                "namespace_id",
+                "attempt_id",
+                "claim_generation",
+                "scheduler_epoch",
+                "owner_id",
+                "lease_expires_at",
+            )[:limit]
+        )
+        TaskEvent.objects.bulk_create(
+            [
+                new_event(
+                    EventKind.LEASE_EXPIRED,
+                    namespace_id=ns_id,
+                    task_id=task_id,
+                    at=now,
+                    principal=None,
+                    attempt_id=attempt_id,
+                    claim_generation=generation,
+                    scheduler_epoch=epoch,
+                    owner_id=owner,
+                    detail={"lease_expires_at": lease.isoformat()},
+                )
+                for task_id, ns_id, attempt_id, generation, epoch, owner, lease in expired
+            ]
+        )
+        return len(expired)

@@ -166,19 +166,16 @@ def namespace_set_stage(
     stage: str,
     expected_stage: str,
     reason: str = "",
-    release_hold: str = "",
 ) -> Namespace:
     """Record a namespace's rollout stage — a compare-and-set on the stage it starts from (``expected_stage``):
     a stage that moved meanwhile is INVALID_TRANSITION (STAGE_CHANGED) and nothing is written. The rollout app
     decides when; this only writes it, audited. Composes into the caller's transaction (the rollout's advance
-    and rollback lock the namespace first, decide, then call this under the same lock); ``release_hold`` lifts
-    that pause hold in the same write."""
+    and rollback lock the namespace first, decide, then call this under the same lock)."""
     with transaction.atomic(savepoint=False):
         ns = namespace_lock(name=namespace)
-        changes: dict = {"stage": stage, "updated_at": ns.now}
-        if release_hold and ns.pause_hold == release_hold:
-            changes["pause_hold"] = ""
-        if not Namespace.objects.filter(pk=ns.id, stage=expected_stage).update(**changes):
+        if not Namespace.objects.filter(pk=ns.id, stage=expected_stage).update(
+            stage=stage, updated_at=ns.now
+        ):
             raise InvalidTransition(
                 f"the stage moved to {ns.stage} meanwhile (expected {expected_stage})",
                 reason="STAGE_CHANGED",

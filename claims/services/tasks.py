@@ -145,7 +145,10 @@ def task_create(
                     updated_at=ns.now,
                 )
         except IntegrityError:
-            return _existing(Task.objects.get(pk=task_id), definition, ns)
+            winner = Task.objects.filter(pk=task_id).first()
+            if winner is None:  # not the primary key: some other constraint refused the row
+                raise
+            return _existing(winner, definition, ns)
         TaskDependency.objects.bulk_create(
             [TaskDependency(task=task, depends_on_id=dep) for dep in depends_on]
         )

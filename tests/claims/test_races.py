@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from claims.models import Attempt, DispatchIntent, Effect, EffectEvent, Resource, Task
+from claims.models import Attempt, DispatchIntent, Effect, EffectEvent, Resource, ResourceKey, Task, TaskEvent
 from tests.conftest import (
     Pause,
     make_actor,
@@ -206,3 +206,57 @@ def test_a23_the_attempt_that_dispatched_may_still_report_while_nobody_moved_the
 
     assert report.status_code == 200, report.json()
     assert Effect.objects.get(pk=effect_id).state == "COMMITTED"
+
+
+# --- a renew of a task with resources against a claim of another task on the same resource ---------------
+
+
+def test_a_renew_and_another_tasks_claim_of_its_resource_are_never_both_answered_as_holding(
+    operator, db_clock
+):
+    worker_a, worker_b = make_actor("first", "worker"), make_actor("second", "worker")
+    operator.post("/resources", {"resource_key": "doc:3"})
+    t1 = operator.create(node_id="edit-1", resources=["doc:3"]).json()["task_id"]
+    t2 = operator.create(node_id="edit-2", resources=["doc:3"]).json()["task_id"]
+    claim = worker_a.claim(t1, ttl=5).json()
+    pause = Pause("task_renew.checked")
+
+    renewing, renew_box = run_in_thread(lambda: worker_a.renew(claim, extend=30))
+    pause.wait_reached()  # T1's renew judged its lease live and holds T1's row
+    db_clock.travel(6)  # for a claim reading T1's row from now on, T1's lease has run out
+    claiming, claim_box = run_in_thread(lambda: worker_b.claim(t2, ttl=30))
+    wait_done_or_waiting(claim_box, 1)
+    pause.resume()
+    renewing.join(30)
+    claiming.join(30)
+
+    renew, taken = renew_box["value"], claim_box["value"]
+    assert not (_holding(renew) and _holding(taken)), (renew.json(), taken.json())
+    assert renew.status_code == 200 and renew.json()["outcome"] == "RENEWED"
+    assert taken.status_code == 409 and taken.json()["reason"] == "RESOURCE_HELD"
+    key = ResourceKey.objects.get(pk="doc:3")
+    assert (key.fence_token, str(key.holder_attempt_id)) == (1, claim["attempt_id"])
+
+
+# --- reaping against a renew ----------------------------------------------------------------------------------
+
+
+def test_reaping_never_records_a_lease_expired_for_a_lease_renewed_meanwhile(operator, db_clock):
+    from claims.services import leases_reap
+
+    worker = make_actor("renewer", "worker")
+    task_id = operator.create().json()["task_id"]
+    claim = worker.claim(task_id, ttl=5).json()
+    pause = Pause("task_renew.checked")
+
+    renewing, renew_box = run_in_thread(lambda: worker.renew(claim, extend=30))
+    pause.wait_reached()  # the renew judged the lease live and holds the task row
+    db_clock.travel(6)  # the reaper's clock says the lease ran out
+    reaping, reap_box = run_in_thread(leases_reap)
+    wait_done_or_waiting(reap_box, 1)
+    pause.resume()
+    renewing.join(30)
+    reaping.join(30)
+
+    assert renew_box["value"].status_code == 200 and renew_box["value"].json()["outcome"] == "RENEWED"
+    assert not TaskEvent.objects.filter(task_id=task_id, kind="lease_expired").exists()

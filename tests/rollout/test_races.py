@@ -52,9 +52,7 @@ def test_a24_a_worker_cannot_commit_another_workers_attempt_in_any_stage(operato
     unstaged = worker_a.commit(claim, {"never": "staged"})
 
     assert foreign.status_code == 403, foreign.json()
-    assert invented.status_code in (403, 409) and invented.json().get("outcome") != "COMMITTED", (
-        invented.json()
-    )
+    assert invented.status_code == 409 and invented.json()["outcome"] == "FENCED", invented.json()
     assert unstaged.status_code == 409 and unstaged.json()["outcome"] == "NOT_STAGED", unstaged.json()
     legacy_row = LegacyClaim.objects.get(pk=task_id)
     assert (legacy_row.owner_id, legacy_row.result, legacy_row.completed_by) == ("owner-a", None, "")
