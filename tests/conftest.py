@@ -326,17 +326,20 @@ class Pause:
         self._resume.set()
 
 
+def _lock_waiters(cursor) -> int:
+    cursor.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    return cursor.fetchone()[0]
+
+
 def wait_for_lock_waiters(count: int, timeout: float = 20.0) -> None:
     """Poll pg_stat_activity until ``count`` backends wait on a row lock (the competing transaction has
     really queued behind the paused one). Polling a condition, not sleeping to make a race."""
     deadline = time.monotonic() + timeout
     with connection.cursor() as cursor:
         while time.monotonic() < deadline:
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'"
-            )
-            if cursor.fetchone()[0] >= count:
+            if _lock_waiters(cursor) >= count:
                 return
             time.sleep(0.01)
     raise AssertionError(f"fewer than {count} transactions waited on a lock within {timeout}s")
@@ -348,13 +351,7 @@ def wait_done_or_waiting(box: dict, waiters: int, timeout: float = 20.0) -> None
     deadline = time.monotonic() + timeout
     with connection.cursor() as cursor:
         while time.monotonic() < deadline:
-            if box:
-                return
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'"
-            )
-            if cursor.fetchone()[0] >= waiters:
+            if box or _lock_waiters(cursor) >= waiters:
                 return
             time.sleep(0.01)
     raise AssertionError(f"the competitor neither finished nor waited on a lock within {timeout}s")
