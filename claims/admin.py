@@ -21,8 +21,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(models.TaskEvent)
 class TaskEventAdmin(ReadOnlyAdmin):
-    list_display = ("id", "at", "kind", "task_id", "owner_id", "point", "validated")
-    list_filter = ("kind", "point", "validated")
+    list_display = ("id", "at", "kind", "task_id", "owner_id", "point", "via")
+    list_filter = ("kind", "point", "via")
     search_fields = ("task__task_id", "owner_id")
 
 

@@ -20,7 +20,7 @@ from .pagination import Pagination
 from .permissions import AnyRole, IsOncall, IsOperator, IsTaskCreator, IsWorker
 
 
-def _errors(*codes: int) -> dict[int, Any]:
+def error_responses(*codes: int) -> dict[int, Any]:
     table = {
         400: OpenApiResponse(s.InvalidOut, description="Malformed input; nothing changed."),
         401: OpenApiResponse(s.ErrorOut, description="No or unknown bearer token."),
@@ -37,11 +37,23 @@ def task_body(task: Task) -> dict[str, Any]:
     return s.TaskOut(task).data
 
 
+def namespace_fields(namespace: Namespace) -> dict[str, Any]:
+    """The namespace as the core alone serves it: claim.v1 only (``serializers.CORE_STAGE``)."""
+    return {
+        "name": namespace.name,
+        "scheduler_epoch": namespace.scheduler_epoch,
+        "claims_paused": namespace.claims_paused,
+        "stage": s.CORE_STAGE,
+        "min_protocol": s.CORE_PROTOCOL,
+    }
+
+
 def namespace_body(namespace: Namespace, *, drain: bool = False) -> dict[str, Any]:
-    body = dict(s.NamespaceOut(namespace).data)
     if drain:
-        body["drain"] = selectors.namespace_drain(namespace)
-    return body
+        return s.NamespaceDetailOut(
+            {**namespace_fields(namespace), "drain": selectors.namespace_drain(namespace)}
+        ).data
+    return s.NamespaceOut(namespace_fields(namespace)).data
 
 
 def claim_body(grant: services.ClaimGrant) -> dict[str, Any]:
@@ -63,13 +75,31 @@ def claim_body(grant: services.ClaimGrant) -> dict[str, Any]:
     ).data
 
 
-def _paginated(view: APIView, request: Request, queryset: Any, render: Any) -> Response:
+def renew_body(task: Task) -> dict[str, Any]:
+    return s.RenewOut({"outcome": "RENEWED", "lease_expires_at": task.lease_expires_at}).data
+
+
+def release_body() -> dict[str, Any]:
+    return s.OutcomeOut({"outcome": "RELEASED"}).data
+
+
+def commit_body(committed: services.Committed) -> dict[str, Any]:
+    return s.CommitOut(
+        {
+            "outcome": "COMMITTED",
+            "result_commit_id": committed.result_commit_id,
+            "unblocked": committed.unblocked,
+        }
+    ).data
+
+
+def paginated(view: APIView, request: Request, queryset: Any, render: Any) -> Response:
     paginator = Pagination()
     page = paginator.paginate_queryset(queryset, request, view=view)
     return paginator.get_paginated_response([render(item) for item in page])
 
 
-def _valid(serializer_class: type, request: Request) -> dict[str, Any]:
+def parsed(serializer_class: type, request: Request) -> dict[str, Any]:
     serializer = serializer_class(data=request.data)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
@@ -88,14 +118,14 @@ class TaskListCreateApi(APIView):
         responses={
             201: s.TaskOut,
             200: OpenApiResponse(s.TaskOut, description="Idempotent repeat."),
-            **_errors(400, 401, 403, 409),
+            **error_responses(400, 401, 403, 409),
         },
         description="Create a task: READY, or BLOCKED while any `depends_on` task is not COMMITTED. Re-creating "
         "an existing task_id with the same definition returns it (200); anything else is 409 TASK_EXISTS. "
         "An unknown namespace, depends_on task or resource in the body is a 400.",
     )
     def post(self, request: Request) -> Response:
-        data = _valid(s.TaskCreateIn, request)
+        data = parsed(s.TaskCreateIn, request)
         created = services.task_create(principal=request.user, **data)
         task = selectors.task_get(task_id=created.task.task_id)
         return Response(task_body(task), status=201 if created.created else 200)
@@ -103,19 +133,19 @@ class TaskListCreateApi(APIView):
     @extend_schema(
         operation_id="task_list",
         parameters=[s.TaskListQuery],
-        responses={200: s.TaskPage, **_errors(400, 401)},
+        responses={200: s.TaskPage, **error_responses(400, 401)},
         description="Tasks, oldest first. The frontier is `state=READY`.",
     )
     def get(self, request: Request) -> Response:
         query = s.TaskListQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
-        return _paginated(self, request, selectors.task_list(**query.validated_data), task_body)
+        return paginated(self, request, selectors.task_list(**query.validated_data), task_body)
 
 
 class TaskDetailApi(APIView):
     permission_classes = [AnyRole]
 
-    @extend_schema(operation_id="task_get", responses={200: s.TaskOut, **_errors(401, 404)})
+    @extend_schema(operation_id="task_get", responses={200: s.TaskOut, **error_responses(401, 404)})
     def get(self, request: Request, task_id: str) -> Response:
         return Response(task_body(selectors.task_get(task_id=task_id)))
 
@@ -125,11 +155,11 @@ class TaskEventsApi(APIView):
 
     @extend_schema(
         operation_id="task_events",
-        responses={200: s.EventPage, **_errors(401, 404)},
+        responses={200: s.EventPage, **error_responses(401, 404)},
         description="The task's timeline, oldest first. Never secrets or payloads.",
     )
     def get(self, request: Request, task_id: str) -> Response:
-        return _paginated(self, request, selectors.task_events(task_id=task_id), lambda e: s.EventOut(e).data)
+        return paginated(self, request, selectors.task_events(task_id=task_id), lambda e: s.EventOut(e).data)
 
 
 class TaskInputApi(APIView):
@@ -138,13 +168,13 @@ class TaskInputApi(APIView):
     @extend_schema(
         operation_id="task_revise_input",
         request=s.TaskInputIn,
-        responses={200: s.TaskOut, **_errors(400, 401, 403, 404, 409)},
+        responses={200: s.TaskOut, **error_responses(400, 401, 403, 404, 409)},
         description="Revise the input: new input_digest, state_version+1. A claim in flight stays, but its commit "
         "with the old digest gets STALE_INPUT. COMMITTED or CANCELLED: 409 NOT_REVISABLE. The same input again "
         "changes nothing.",
     )
     def post(self, request: Request, task_id: str) -> Response:
-        data = _valid(s.TaskInputIn, request)
+        data = parsed(s.TaskInputIn, request)
         services.task_revise_input(principal=request.user, task_id=task_id, **data)
         return Response(task_body(selectors.task_get(task_id=task_id)))
 
@@ -155,12 +185,12 @@ class TaskCancelApi(APIView):
     @extend_schema(
         operation_id="task_cancel",
         request=s.ReasonIn,
-        responses={200: s.TaskOut, **_errors(400, 401, 403, 404, 409)},
+        responses={200: s.TaskOut, **error_responses(400, 401, 403, 404, 409)},
         description="cancel_generation+1, state CANCELLED, the current attempt ends. COMMITTED: 409 "
         "NOT_CANCELLABLE. Cancelling a CANCELLED task changes nothing.",
     )
     def post(self, request: Request, task_id: str) -> Response:
-        data = _valid(s.ReasonIn, request)
+        data = parsed(s.ReasonIn, request)
         services.task_cancel(principal=request.user, task_id=task_id, **data)
         return Response(task_body(selectors.task_get(task_id=task_id)))
 
@@ -171,7 +201,7 @@ class TaskRequeueApi(APIView):
     @extend_schema(
         operation_id="task_requeue",
         request=None,
-        responses={200: s.TaskOut, **_errors(401, 403, 404, 409)},
+        responses={200: s.TaskOut, **error_responses(401, 403, 404, 409)},
         description="A CANCELLED task back to READY (BLOCKED while predecessors are uncommitted); "
         "cancel_generation stays. Any other state: 409 INVALID_TRANSITION.",
     )
@@ -189,13 +219,13 @@ class TaskClaimApi(APIView):
     @extend_schema(
         operation_id="task_claim",
         request=s.ClaimIn,
-        responses={200: s.ClaimOut, **_errors(400, 401, 403, 404, 409)},
+        responses={200: s.ClaimOut, **error_responses(400, 401, 403, 404, 409)},
         description="Claim from READY, from CLAIMED with an expired lease, or from CLAIMED under an older epoch. "
         "409 in order: FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH, NOT_CLAIMABLE (STATE | LEASE_LIVE | "
         "RESOURCE_HELD). Of N concurrent claims exactly one gets 200.",
     )
     def post(self, request: Request, task_id: str) -> Response:
-        data = _valid(s.ClaimIn, request)
+        data = parsed(s.ClaimIn, request)
         grant = services.task_claim(principal=request.user, task_id=task_id, **data)
         return Response(claim_body(grant))
 
@@ -209,13 +239,13 @@ class ClaimNextApi(APIView):
         responses={
             200: s.ClaimOut,
             204: OpenApiResponse(description="Nothing is claimable (no body)."),
-            **_errors(400, 401, 403, 409),
+            **error_responses(400, 401, 403, 409),
         },
         description="Claim the oldest claimable task of the namespace (default `default`), optionally only of "
         "`node_ids`. Concurrent callers never receive the same task. 409 FENCED (EPOCH) or CLAIMS_PAUSED.",
     )
     def post(self, request: Request) -> Response:
-        data = _valid(s.ClaimNextIn, request)
+        data = parsed(s.ClaimNextIn, request)
         grant = services.task_claim_next(principal=request.user, **data)
         if grant is None:
             return Response(status=204)
@@ -228,14 +258,14 @@ class TaskRenewApi(APIView):
     @extend_schema(
         operation_id="task_renew",
         request=s.RenewIn,
-        responses={200: s.RenewOut, **_errors(400, 401, 403, 404, 409)},
+        responses={200: s.RenewOut, **error_responses(400, 401, 403, 404, 409)},
         description="New expiry = server-now + extend_seconds (bounded by LEASE_MIN_SECONDS..LEASE_MAX_SECONDS). "
         "409 in order: CANCELLED, FENCED (EPOCH | GENERATION | ATTEMPT | OWNER), EXPIRED.",
     )
     def post(self, request: Request, task_id: str) -> Response:
-        data = _valid(s.RenewIn, request)
+        data = parsed(s.RenewIn, request)
         task = services.task_renew(principal=request.user, task_id=task_id, **data)
-        return Response(s.RenewOut({"outcome": "RENEWED", "lease_expires_at": task.lease_expires_at}).data)
+        return Response(renew_body(task))
 
 
 class TaskReleaseApi(APIView):
@@ -244,13 +274,13 @@ class TaskReleaseApi(APIView):
     @extend_schema(
         operation_id="task_release",
         request=s.ReleaseIn,
-        responses={200: s.OutcomeOut, **_errors(400, 401, 403, 404, 409)},
+        responses={200: s.OutcomeOut, **error_responses(400, 401, 403, 404, 409)},
         description="Task back to READY; the attempt ends. 409 FENCED when the attempt is not current.",
     )
     def post(self, request: Request, task_id: str) -> Response:
-        data = _valid(s.ReleaseIn, request)
+        data = parsed(s.ReleaseIn, request)
         services.task_release(principal=request.user, task_id=task_id, **data)
-        return Response({"outcome": "RELEASED"})
+        return Response(release_body())
 
 
 class TaskResultsApi(APIView):
@@ -259,14 +289,16 @@ class TaskResultsApi(APIView):
     @extend_schema(
         operation_id="result_stage",
         request=s.StageIn,
-        responses={201: s.StageOut, **_errors(400, 401, 403, 404, 409)},
+        responses={201: s.StageOut, **error_responses(400, 401, 403, 404, 409)},
         description="Stage a result, isolated. Any attempt of the task may stage, whatever the task's state. "
         "`result_digest` must be the digest of `result` (400). The same digest again returns the same record.",
     )
     def post(self, request: Request, task_id: str) -> Response:
-        data = _valid(s.StageIn, request)
+        data = parsed(s.StageIn, request)
         staged = services.result_stage(principal=request.user, task_id=task_id, **data)
-        return Response({"outcome": "STAGED", "staged_result_id": str(staged.staged.pk)}, status=201)
+        return Response(
+            s.StageOut({"outcome": "STAGED", "staged_result_id": staged.staged.pk}).data, status=201
+        )
 
 
 class TaskCommitApi(APIView):
@@ -275,21 +307,15 @@ class TaskCommitApi(APIView):
     @extend_schema(
         operation_id="task_commit",
         request=s.CommitIn,
-        responses={200: s.CommitOut, **_errors(400, 401, 403, 404, 409)},
+        responses={200: s.CommitOut, **error_responses(400, 401, 403, 404, 409)},
         description="A repeat of a successful commit returns the stored body first. Otherwise, in order: "
         "CANCELLED; FENCED (EPOCH | GENERATION | ATTEMPT | LEASE_EXPIRED); STALE_INPUT; STALE_INPUT (RESOURCE); "
         "NOT_STAGED. `resources` must name exactly the task's resources (400).",
     )
     def post(self, request: Request, task_id: str) -> Response:
-        data = _valid(s.CommitIn, request)
+        data = parsed(s.CommitIn, request)
         committed = services.task_commit(principal=request.user, task_id=task_id, **data)
-        return Response(
-            {
-                "outcome": "COMMITTED",
-                "result_commit_id": str(committed.result_commit_id),
-                "unblocked": committed.unblocked,
-            }
-        )
+        return Response(commit_body(committed))
 
 
 # --- namespaces ---------------------------------------------------------------------------------------
@@ -302,23 +328,26 @@ class NamespaceListCreateApi(APIView):
     @extend_schema(
         operation_id="namespace_create",
         request=s.NamespaceCreateIn,
-        responses={201: s.NamespaceOut, **_errors(400, 401, 403, 409)},
-        description="Epoch 1, stage V1_ONLY unless given. An existing name: 409 NAMESPACE_EXISTS.",
+        responses={201: s.NamespaceOut, **error_responses(400, 401, 403, 409)},
+        description="Epoch 1. Served by the core alone (no rollout app) a namespace is V1_ONLY, claim.v1; with the "
+        "rollout app, stage V1_ONLY unless given. An existing name: 409 NAMESPACE_EXISTS.",
     )
     def post(self, request: Request) -> Response:
-        data = _valid(s.NamespaceCreateIn, request)
-        namespace = services.namespace_create(principal=request.user, **data)
+        data = parsed(s.NamespaceCreateIn, request)
+        namespace = services.namespace_create(principal=request.user, name=data["name"])
         return Response(namespace_body(namespace), status=201)
 
-    @extend_schema(operation_id="namespace_list", responses={200: s.NamespacePage, **_errors(401)})
+    @extend_schema(operation_id="namespace_list", responses={200: s.NamespacePage, **error_responses(401)})
     def get(self, request: Request) -> Response:
-        return _paginated(self, request, selectors.namespace_list(), namespace_body)
+        return paginated(self, request, selectors.namespace_list(), namespace_body)
 
 
 class NamespaceDetailApi(APIView):
     permission_classes = [AnyRole]
 
-    @extend_schema(operation_id="namespace_get", responses={200: s.NamespaceDetailOut, **_errors(401, 404)})
+    @extend_schema(
+        operation_id="namespace_get", responses={200: s.NamespaceDetailOut, **error_responses(401, 404)}
+    )
     def get(self, request: Request, ns: str) -> Response:
         return Response(namespace_body(selectors.namespace_get(name=ns), drain=True))
 
@@ -329,15 +358,15 @@ class NamespaceFenceApi(APIView):
     @extend_schema(
         operation_id="namespace_fence",
         request=s.ReasonIn,
-        responses={200: s.FenceOut, **_errors(400, 401, 403, 404)},
+        responses={200: s.FenceOut, **error_responses(400, 401, 403, 404)},
         description="Stop new claims and bump scheduler_epoch. From then every acceptance point rejects the old "
         "epoch and every attempt granted under it — even when it re-sends the new epoch.",
     )
     def post(self, request: Request, ns: str) -> Response:
-        data = _valid(s.ReasonIn, request)
+        data = parsed(s.ReasonIn, request)
         namespace = services.epoch_fence(principal=request.user, namespace=ns, **data)
         return Response(
-            {"outcome": "FENCED_EPOCH", "scheduler_epoch": namespace.scheduler_epoch, "claims_paused": True}
+            s.FenceOut({"scheduler_epoch": namespace.scheduler_epoch, "claims_paused": True}).data
         )
 
 
@@ -347,12 +376,12 @@ class NamespaceResumeApi(APIView):
     @extend_schema(
         operation_id="namespace_resume",
         request=s.OptionalReasonIn,
-        responses={200: s.NamespaceOut, **_errors(400, 401, 403, 404, 409)},
+        responses={200: s.ResumedOut, **error_responses(400, 401, 403, 404, 409)},
         description="Lift the pause; the epoch stays. Answers `{outcome: RESUMED, ...namespace}`. The reason is "
         "optional (the frozen contract sends none) and audited with the principal. While the pause is held — a "
         "rollback draining holds it until it ends — 409 PAUSE_HELD (reason ROLLBACK), whoever asks.",
     )
     def post(self, request: Request, ns: str) -> Response:
-        data = _valid(s.OptionalReasonIn, request) if request.data else {}
+        data = parsed(s.OptionalReasonIn, request) if request.data else {}
         namespace = services.namespace_resume(principal=request.user, namespace=ns, **data)
-        return Response({"outcome": "RESUMED", **namespace_body(namespace)})
+        return Response(s.ResumedOut({"outcome": "RESUMED", **namespace_fields(namespace)}).data)

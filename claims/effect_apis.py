@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 
 from . import serializers as s
 from . import services
-from .apis import _errors, _valid
+from .apis import error_responses, parsed
 from .errors import NotFound
 from .models import Effect
 from .permissions import AnyRole, IsOperator, IsWorker, _RoleIn
@@ -45,14 +45,14 @@ class EffectPrepareApi(APIView):
             202: OpenApiResponse(
                 s.EffectOut, description="NON_REPLAYABLE: APPROVAL_REQUIRED until approved."
             ),
-            **_errors(400, 401, 403, 404, 409),
+            **error_responses(400, 401, 403, 404, 409),
         },
         description="Authority: the current, unfenced, unexpired attempt of an uncancelled task (else 409 CANCELLED or "
         "FENCED). Another digest for the slot: 409 PAYLOAD_CONFLICT with current {effect_id, state, "
         "bound_payload_digest}. Send `idempotency_key` (= effect_id) and your claim_generation downstream.",
     )
     def post(self, request: Request) -> Response:
-        data = _valid(s.EffectPrepareIn, request)
+        data = parsed(s.EffectPrepareIn, request)
         prepared = services.effect_prepare(principal=request.user, **data)
         if prepared.outcome == "APPROVAL_REQUIRED":
             status = 202
@@ -67,7 +67,7 @@ class EffectPrepareApi(APIView):
 class EffectDetailApi(APIView):
     permission_classes = [AnyRole]
 
-    @extend_schema(operation_id="effect_get", responses={200: s.EffectDetailOut, **_errors(401, 404)})
+    @extend_schema(operation_id="effect_get", responses={200: s.EffectDetailOut, **error_responses(401, 404)})
     def get(self, request: Request, effect_id: str) -> Response:
         effect = Effect.objects.filter(pk=effect_id).first()
         if effect is None:
@@ -83,12 +83,12 @@ class EffectApproveApi(APIView):
     @extend_schema(
         operation_id="effect_approve",
         request=s.EffectApproveIn,
-        responses={200: s.OutcomeOut, **_errors(400, 401, 403, 404, 409)},
+        responses={200: s.OutcomeOut, **error_responses(400, 401, 403, 404, 409)},
         description="Approve a NON_REPLAYABLE effect (idempotent). 409 INVALID_TRANSITION for a COMMITTED effect or "
         "one of a REPLAYABLE task.",
     )
     def post(self, request: Request, effect_id: str) -> Response:
-        data = _valid(s.EffectApproveIn, request)
+        data = parsed(s.EffectApproveIn, request)
         services.effect_approve(principal=request.user, effect_id=effect_id, **data)
         return Response({"outcome": "APPROVED"})
 
@@ -99,7 +99,7 @@ class EffectOutcomeApi(APIView):
     @extend_schema(
         operation_id="effect_outcome",
         request=s.EffectOutcomeIn,
-        responses={200: s.OutcomeOut, **_errors(400, 401, 403, 404, 409)},
+        responses={200: s.OutcomeOut, **error_responses(400, 401, 403, 404, 409)},
         description="Record what happened: COMMITTED, FAILED (a definite refusal) or UNKNOWN (a timeout — never "
         "FAILED). From PREPARED or UNKNOWN (else INVALID_TRANSITION). Accepted from the current attempt, and from "
         "the attempt that prepared or dispatched the effect even after it was fenced — about its own part only: once "
@@ -108,7 +108,7 @@ class EffectOutcomeApi(APIView):
         "is in flight its delivery records the outcome: a report is 409 INVALID_TRANSITION (DISPATCH_IN_FLIGHT).",
     )
     def post(self, request: Request, effect_id: str) -> Response:
-        data = _valid(s.EffectOutcomeIn, request)
+        data = parsed(s.EffectOutcomeIn, request)
         effect = services.effect_record_outcome(principal=request.user, effect_id=effect_id, **data)
         return Response({"outcome": "RECORDED", "state": effect.state})
 
@@ -123,7 +123,7 @@ class EffectReconcileApi(APIView):
     @extend_schema(
         operation_id="effect_reconcile",
         request=s.EffectReconcileIn,
-        responses={200: s.OutcomeOut, **_errors(400, 401, 403, 404, 409)},
+        responses={200: s.OutcomeOut, **error_responses(400, 401, 403, 404, 409)},
         description="Only from UNKNOWN (else 409 NOT_UNKNOWN). OCCURRED → COMMITTED; NOT_OCCURRED → PREPARED, to be "
         "executed under the same key. By the current attempt (a worker names it) or by an operator (audited).",
     )
@@ -144,7 +144,7 @@ class EffectDispatchApi(APIView):
         request=s.EffectDispatchIn,
         responses={
             201: OpenApiResponse(description="`{outcome: DISPATCH_RECORDED, dispatch_id}`"),
-            **_errors(400, 401, 403, 404, 409),
+            **error_responses(400, 401, 403, 404, 409),
         },
         description="Record the durable dispatch commitment, checked in one transaction: authority; "
         "digest(payload) = bound digest (PAYLOAD_CONFLICT); PREPARED (INVALID_TRANSITION), approved if "
@@ -154,7 +154,7 @@ class EffectDispatchApi(APIView):
         "http(s) on DISPATCH_ALLOWED_HOSTS (400). A repeat while the intent is in flight returns it.",
     )
     def post(self, request: Request, effect_id: str) -> Response:
-        data = _valid(s.EffectDispatchIn, request)
+        data = parsed(s.EffectDispatchIn, request)
         intent, _created = services.effect_dispatch(principal=request.user, effect_id=effect_id, **data)
         return Response({"outcome": "DISPATCH_RECORDED", "dispatch_id": str(intent.pk)}, status=201)
 
@@ -175,11 +175,11 @@ class ResourceCreateApi(APIView):
     @extend_schema(
         operation_id="resource_create",
         request=s.ResourceCreateIn,
-        responses={201: s.ResourceOut, **_errors(400, 401, 403, 409)},
+        responses={201: s.ResourceOut, **error_responses(400, 401, 403, 409)},
         description="A new incarnation at revision 0; the key's fence token carries on. A live key: RESOURCE_EXISTS.",
     )
     def post(self, request: Request) -> Response:
-        data = _valid(s.ResourceCreateIn, request)
+        data = parsed(s.ResourceCreateIn, request)
         view = services.resource_create(principal=request.user, **data)
         body = _resource_body(view)
         body.pop("holder")
@@ -192,7 +192,7 @@ class ResourceDetailApi(APIView):
 
     @extend_schema(
         operation_id="resource_get",
-        responses={200: s.ResourceOut, **_errors(401, 404)},
+        responses={200: s.ResourceOut, **error_responses(401, 404)},
         description="The live incarnation, its revision, the newest fence token and the attempt holding it.",
     )
     def get(self, request: Request, key: str) -> Response:
@@ -200,7 +200,7 @@ class ResourceDetailApi(APIView):
 
     @extend_schema(
         operation_id="resource_delete",
-        responses={204: None, **_errors(401, 403, 404)},
+        responses={204: None, **error_responses(401, 403, 404)},
         description="End the incarnation. Creating the key again starts a new one at revision 0.",
     )
     def delete(self, request: Request, key: str) -> Response:
@@ -214,12 +214,12 @@ class ResourceCheckApi(APIView):
     @extend_schema(
         operation_id="resource_check",
         request=s.ResourceCheckIn,
-        responses={200: s.OutcomeOut, **_errors(400, 401, 404, 409)},
+        responses={200: s.OutcomeOut, **error_responses(400, 401, 404, 409)},
         description="Advisory, in order: 409 STALE_INPUT (INCARNATION); 409 STALE_FENCE unless the token is the "
         "newest and the attempt that took it is live; 409 STALE_INPUT (REVISION); else 200 CURRENT. Receivers "
         "that can should enforce the token atomically in their own database (claims.receiver).",
     )
     def post(self, request: Request, key: str) -> Response:
-        data = _valid(s.ResourceCheckIn, request)
+        data = parsed(s.ResourceCheckIn, request)
         services.resource_check(resource_key=key, **data)
         return Response({"outcome": "CURRENT"})

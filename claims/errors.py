@@ -23,11 +23,20 @@ class ClaimError(Exception):
     status = 409
     outcome = "CONFLICT"
 
-    def __init__(self, detail: str = "", *, reason: str | None = None, current: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        detail: str = "",
+        *,
+        reason: str | None = None,
+        current: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+    ):
         super().__init__(detail or self.outcome)
         self.detail = detail or self.outcome
         self.reason = reason or self.outcome
         self.current = current or {}
+        # Further documented fields of the answer (a wrapping app's, such as the rollout's shadow verdict).
+        self.extra = extra or {}
 
     def body(self) -> dict[str, Any]:
         return {"outcome": self.outcome, "detail": self.detail}
@@ -66,6 +75,7 @@ class Conflict(ClaimError):
 
     def body(self) -> dict[str, Any]:
         return {
+            **self.extra,
             "outcome": self.outcome,
             "reason": self.reason,
             "detail": self.detail,

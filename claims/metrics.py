@@ -1,4 +1,6 @@
-"""The claim.v1 metrics of claim-v1.md §8, read from the database at scrape time.
+"""The claim.v1 metrics of claim-v1.md §8, read from the database at scrape time. (Validation coverage —
+``claims_validation_total`` and ``claims_validation_coverage_ratio`` — is the rollout's: it registers its own
+collector on the same registry, ``rollout/metrics.py``.)
 
 Every figure is derived from append-only records (the timeline, attempts, effects), so it is the same whichever
 web process or Celery worker answers the scrape, and counters never go backwards. Each scrape runs a handful of
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.db.models import Count, F, Q, Sum
@@ -18,7 +20,6 @@ from django_prometheus.exports import ExportToDjangoView
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
-from . import clock
 from .models import AcceptancePoint, Attempt, AttemptEnd, Effect, EffectState, EventKind, TaskEvent
 
 LATENCY_BUCKETS = [0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600]
@@ -96,34 +97,6 @@ class ClaimsCollector(Collector):
         ):
             fenced.add_metric([row["point"] or "", row["detail__reason"] or ""], row["n"])
         yield fenced
-
-        validation = CounterMetricFamily(
-            "claims_validation",
-            "Requests at acceptance points, validated or not.",
-            labels=["point", "validated"],
-        )
-        for row in (
-            TaskEvent.objects.filter(point__isnull=False)
-            .values("point", "validated")
-            .annotate(n=Count("id"))
-            .order_by("point", "validated")
-        ):
-            validation.add_metric([row["point"], "true" if row["validated"] else "false"], row["n"])
-        yield validation
-
-        window_start = clock.now() - timedelta(seconds=settings.ROLLOUT_WINDOW_SECONDS)
-        ratio = GaugeMetricFamily(
-            "claims_validation_coverage_ratio",
-            "Validated share of requests per point over ROLLOUT_WINDOW_SECONDS.",
-            labels=["point"],
-        )
-        for row in (
-            TaskEvent.objects.filter(point__isnull=False, at__gte=window_start)
-            .values("point")
-            .annotate(total=Count("id"), ok=Count("id", filter=Q(validated=True)))
-        ):
-            ratio.add_metric([row["point"]], row["ok"] / row["total"] if row["total"] else 0.0)
-        yield ratio
 
         yield GaugeMetricFamily(
             "claims_unknown_effects",

@@ -13,7 +13,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from .digest import DIGEST_RE, canonical_json, digest
-from .models import Protocol, ReplayPolicy, Stage, TaskState
+from .models import ReplayPolicy, TaskState
 
 MAX_COUNTER = 2**62
 
@@ -230,10 +230,26 @@ class CommitIn(StrictSerializer):
     resources = CommitResourceIn(many=True, required=False, default=list)
 
 
+# Without the rollout app the service speaks claim.v1 only: a namespace is at the contract's last stage and
+# admits claim.v1 workers. These are the contract's words for that; the rollout app widens both fields.
+CORE_STAGE = "V1_ONLY"
+CORE_PROTOCOL = "claim.v1"
+
+
 class NamespaceCreateIn(StrictSerializer):
     name = serializers.SlugField(max_length=100)
-    stage = serializers.ChoiceField(choices=Stage.choices, required=False, default=Stage.V1_ONLY)
-    min_protocol = serializers.ChoiceField(choices=Protocol.choices, required=False, default=Protocol.LEGACY)
+    stage = serializers.ChoiceField(
+        choices=[CORE_STAGE],
+        required=False,
+        default=CORE_STAGE,
+        help_text="Without the rollout app: V1_ONLY.",
+    )
+    min_protocol = serializers.ChoiceField(
+        choices=[CORE_PROTOCOL],
+        required=False,
+        default=CORE_PROTOCOL,
+        help_text="Without the rollout app: claim.v1.",
+    )
 
 
 class TaskListQuery(serializers.Serializer):
@@ -325,12 +341,16 @@ class NamespaceOut(serializers.Serializer):
     name = serializers.CharField()
     scheduler_epoch = serializers.IntegerField()
     claims_paused = serializers.BooleanField()
-    stage = serializers.ChoiceField(choices=Stage.choices)
-    min_protocol = serializers.ChoiceField(choices=Protocol.choices)
+    stage = serializers.CharField()
+    min_protocol = serializers.CharField()
 
 
 class NamespaceDetailOut(NamespaceOut):
     drain = DrainOut()
+
+
+class ResumedOut(NamespaceOut):
+    outcome = serializers.CharField(default="RESUMED")
 
 
 class FenceOut(serializers.Serializer):

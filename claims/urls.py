@@ -32,19 +32,14 @@ class EffectIdConverter(TaskIdConverter):
 register_converter(EffectIdConverter, "effect_id")
 
 # Paths exactly as claim-v1.md writes them: no trailing slash.
-urlpatterns = [
-    path("tasks", apis.TaskListCreateApi.as_view(), name="tasks"),
-    path("tasks/<task_id:task_id>", apis.TaskDetailApi.as_view(), name="task"),
+
+# Served by the core whatever else is installed.
+core_urlpatterns = [
     path("tasks/<task_id:task_id>/events", apis.TaskEventsApi.as_view(), name="task-events"),
     path("tasks/<task_id:task_id>/input", apis.TaskInputApi.as_view(), name="task-input"),
     path("tasks/<task_id:task_id>/cancel", apis.TaskCancelApi.as_view(), name="task-cancel"),
     path("tasks/<task_id:task_id>/requeue", apis.TaskRequeueApi.as_view(), name="task-requeue"),
-    path("tasks/<task_id:task_id>/claim", apis.TaskClaimApi.as_view(), name="task-claim"),
-    path("tasks/<task_id:task_id>/renew", apis.TaskRenewApi.as_view(), name="task-renew"),
-    path("tasks/<task_id:task_id>/release", apis.TaskReleaseApi.as_view(), name="task-release"),
     path("tasks/<task_id:task_id>/results", apis.TaskResultsApi.as_view(), name="task-results"),
-    path("tasks/<task_id:task_id>/commit", apis.TaskCommitApi.as_view(), name="task-commit"),
-    path("claims", apis.ClaimNextApi.as_view(), name="claim-next"),
     path("effects/prepare", effect_apis.EffectPrepareApi.as_view(), name="effect-prepare"),
     path("effects/<effect_id:effect_id>", effect_apis.EffectDetailApi.as_view(), name="effect"),
     path(
@@ -66,8 +61,24 @@ urlpatterns = [
     path("resources", effect_apis.ResourceCreateApi.as_view(), name="resources"),
     path("resources/<task_id:key>", effect_apis.ResourceDetailApi.as_view(), name="resource"),
     path("resources/<task_id:key>/check", effect_apis.ResourceCheckApi.as_view(), name="resource-check"),
+    path("namespaces/<ns:ns>/fence", apis.NamespaceFenceApi.as_view(), name="namespace-fence"),
+]
+
+# The worker operations, the task reads and the namespace reads as the core alone serves them. A wrapping app
+# (the rollout) mounts its own views for exactly these paths instead — never both (controlplane/urls.py).
+worker_urlpatterns = [
+    path("tasks", apis.TaskListCreateApi.as_view(), name="tasks"),
+    path("tasks/<task_id:task_id>", apis.TaskDetailApi.as_view(), name="task"),
+    path("tasks/<task_id:task_id>/claim", apis.TaskClaimApi.as_view(), name="task-claim"),
+    path("tasks/<task_id:task_id>/renew", apis.TaskRenewApi.as_view(), name="task-renew"),
+    path("tasks/<task_id:task_id>/release", apis.TaskReleaseApi.as_view(), name="task-release"),
+    path("tasks/<task_id:task_id>/commit", apis.TaskCommitApi.as_view(), name="task-commit"),
+    path("claims", apis.ClaimNextApi.as_view(), name="claim-next"),
+]
+namespace_urlpatterns = [
     path("namespaces", apis.NamespaceListCreateApi.as_view(), name="namespaces"),
     path("namespaces/<ns:ns>", apis.NamespaceDetailApi.as_view(), name="namespace"),
-    path("namespaces/<ns:ns>/fence", apis.NamespaceFenceApi.as_view(), name="namespace-fence"),
     path("namespaces/<ns:ns>/resume", apis.NamespaceResumeApi.as_view(), name="namespace-resume"),
 ]
+
+urlpatterns = core_urlpatterns + worker_urlpatterns + namespace_urlpatterns

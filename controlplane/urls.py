@@ -2,29 +2,28 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.http import JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from claims import urls as core_urls
 from claims.metrics import metrics_view
-from rollout.urls import legacy_urlpatterns, v1_urlpatterns
+from rollout import urls as rollout_urls
 
+from . import handlers
 
-def not_found(request, exception=None):
-    return JsonResponse({"outcome": "NOT_FOUND", "detail": "no such endpoint"}, status=404)
+handler400 = handlers.bad_request
+handler404 = handlers.not_found
+handler500 = handlers.server_error
 
-
-def server_error(request):
-    return JsonResponse({"outcome": "ERROR", "detail": "internal error"}, status=500)
-
-
-def bad_request(request, exception=None):
-    return JsonResponse({"outcome": "INVALID", "errors": {"body": ["bad request"]}}, status=400)
-
-
-handler400 = bad_request
-handler404 = not_found
-handler500 = server_error
+# The whole control plane: the core's own endpoints, and the rollout wrapping the core — its views serve the
+# worker operations, task reads and namespace reads (routed by stage), in place of the core's views for those
+# paths, which are not mounted here. Without the rollout: controlplane/urls_core.py.
+api_v1 = (
+    core_urls.core_urlpatterns
+    + rollout_urls.worker_urlpatterns
+    + rollout_urls.namespace_urlpatterns
+    + rollout_urls.rollout_urlpatterns
+)
 
 urlpatterns = [
     path("", include("controlplane.console_urls")),
@@ -32,10 +31,8 @@ urlpatterns = [
     path("logout", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
-    # rollout routes the claim.v1 worker operations by stage (it wraps the core); everything else is the core's.
-    path("api/v1/", include(v1_urlpatterns)),
-    path("api/v1/", include("claims.urls")),
-    path("api/legacy/", include(legacy_urlpatterns)),
+    path("api/v1/", include(api_v1)),
+    path("api/legacy/", include(rollout_urls.legacy_urlpatterns)),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),
 ]

@@ -4,8 +4,14 @@ from django.apps import AppConfig
 
 
 class RolloutConfig(AppConfig):
-    """Migration scaffolding around the claim.v1 core (legacy store, shadow comparison, gates, drain).
-    It wraps the core and the core never imports it. Built in a later issue; empty for now."""
+    """The migration from the legacy claim table around the claim.v1 core: the rollout's own record of each
+    namespace (stage, protocol minimum), routing by stage, the legacy store and API, shadow comparison, gates,
+    drain, fences and rollback. It wraps the core; the core never imports it (``make lint`` checks)."""
 
     name = "rollout"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import metrics
+
+        metrics.register()

@@ -10,6 +10,44 @@ from django.db import models
 from django.db.models import Q
 
 
+class Stage(models.TextChoices):
+    LEGACY = "LEGACY"
+    SHADOW = "SHADOW"
+    V1_READS = "V1_READS"
+    V1_WRITES = "V1_WRITES"
+    V1_ONLY = "V1_ONLY"
+
+
+class Protocol(models.TextChoices):
+    LEGACY = "legacy"
+    CLAIM_V1 = "claim.v1"
+
+
+class RolloutState(models.Model):
+    """A namespace's place in the migration: its stage and the oldest worker protocol it admits. The rollout's
+    own record, one per namespace; a namespace without one (created by the core alone, like ``default``) is at
+    V1_ONLY with ``min_protocol`` legacy — claim.v1 decides and nothing is mirrored. Written only by
+    ``rollout.services.stages`` (and ``namespaces`` on create), always under the namespace's row lock."""
+
+    namespace = models.OneToOneField(
+        "claims.Namespace", on_delete=models.CASCADE, primary_key=True, related_name="rollout"
+    )
+    stage = models.CharField(max_length=16, choices=Stage.choices, default=Stage.V1_ONLY)
+    min_protocol = models.CharField(max_length=16, choices=Protocol.choices, default=Protocol.LEGACY)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(stage__in=Stage.values), name="rollout_stage_valid"),
+            models.CheckConstraint(
+                condition=Q(min_protocol__in=Protocol.values), name="rollout_protocol_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace_id}: {self.stage}"
+
+
 class LegacyClaim(models.Model):
     """The naive claim table today's worker binaries speak: owner + expires_at; after expiry anyone takes over;
     completing writes the result without checking who holds the claim now — last write wins. Reproduced

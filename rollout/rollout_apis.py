@@ -9,23 +9,26 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from claims.apis import _errors, _paginated, _valid
+from claims.apis import error_responses, paginated, parsed
 from claims.models import AuditEntry
 from claims.permissions import AnyRole, IsOncall, IsOperator, IsWorker
 
-from . import selectors, stages, workers
+from . import selectors
 from . import serializers as s
-from .models import DrainSnapshot, Mismatch, Rollback, WorkerRegistration
-from .services import explain_rule_create, mismatch_review
+from .models import DrainSnapshot, GateEvaluation, Mismatch, Rollback, WorkerRegistration
+from .services import stages, workers
+from .services.reviews import explain_rule_create, mismatch_review
 
 
-def _gate_body(gate: stages.Gate) -> dict[str, Any]:
+def _gate_body(gate: stages.Gate | GateEvaluation) -> dict[str, Any]:
+    checked_at = gate.checked_at if isinstance(gate, stages.Gate) else gate.at
     return {
         "move": gate.move,
         "holds": gate.holds,
         "figures": gate.figures,
         "why": gate.why,
-        "checked_at": gate.checked_at,
+        "checked_at": checked_at,
+        "age_seconds": selectors.age_seconds(checked_at),
     }
 
 
@@ -58,19 +61,21 @@ class RolloutApi(APIView):
 
     @extend_schema(
         operation_id="rollout_get",
-        responses={200: OpenApiResponse(description="stage, gates, rollback"), **_errors(401, 404)},
-        description="The stage, the next stage, and the next move's gate — evaluated now and recorded.",
+        responses={200: OpenApiResponse(description="stage, gates, rollback"), **error_responses(401, 404)},
+        description="The stage, the next stage, and the next move's gate as last recorded (by the `gate_check` "
+        "job every GATE_CHECK_SECONDS, and by every advance), with its age. A read records nothing: `gates` is "
+        "empty until the first evaluation of this stage's gate.",
     )
     def get(self, request: Request, ns: str) -> Response:
         namespace = stages._namespace(ns)
-        gate = stages.evaluate_gate(namespace=ns)
-        namespace.refresh_from_db()
+        stage = selectors.stage_of(namespace)
+        gate = selectors.last_gate(namespace, stage)
         running = Rollback.objects.filter(namespace=ns, finished_at__isnull=True).first()
         return Response(
             {
                 "namespace": namespace.name,
-                "stage": namespace.stage,
-                "next_stage": stages.next_stage(namespace.stage),
+                "stage": stage,
+                "next_stage": selectors.next_stage(stage),
                 "scheduler_epoch": namespace.scheduler_epoch,
                 "claims_paused": namespace.claims_paused,
                 "gates": [_gate_body(gate)] if gate else [],
@@ -87,7 +92,7 @@ class AdvanceApi(APIView):
         request=s.AdvanceIn,
         responses={
             200: OpenApiResponse(description="{outcome: ADVANCED, stage, gate}"),
-            **_errors(400, 401, 403, 404, 409),
+            **error_responses(400, 401, 403, 404, 409),
         },
         description="Move one step when the gate holds: 409 GATE_NOT_MET with current {gate, figures}; "
         "409 INVALID_TRANSITION unless to_stage is the next stage (reason STAGE_CHANGED when the stage moved under "
@@ -97,7 +102,7 @@ class AdvanceApi(APIView):
         "moves anyway and is recorded as an override.",
     )
     def post(self, request: Request, ns: str) -> Response:
-        data = _valid(s.AdvanceIn, request)
+        data = parsed(s.AdvanceIn, request)
         stage, gate = stages.advance(principal=request.user, namespace=ns, **data)
         return Response({"outcome": "ADVANCED", "stage": stage, "gate": _gate_body(gate)})
 
@@ -111,20 +116,20 @@ class RollbackApi(APIView):
         responses={
             200: OpenApiResponse(description="{outcome: ROLLED_BACK, stage, scheduler_epoch}"),
             202: OpenApiResponse(description="{outcome: ROLLBACK_STARTED, rollback, scheduler_epoch}"),
-            **_errors(400, 401, 403, 404, 409),
+            **error_responses(400, 401, 403, 404, 409),
         },
         description="Epoch fence → namespace-wide drain → stage back → claims stay paused. 202 while the "
         "drain is not clean; re-POST to check again, or with force and a reason to finish anyway.",
     )
     def post(self, request: Request, ns: str) -> Response:
-        data = _valid(s.RollbackIn, request)
+        data = parsed(s.RollbackIn, request)
         rollback = stages.rollback(principal=request.user, namespace=ns, **data)
         namespace = stages._namespace(ns)
         if rollback.finished_at is not None:
             return Response(
                 {
                     "outcome": "ROLLED_BACK",
-                    "stage": namespace.stage,
+                    "stage": selectors.stage_of(namespace),
                     "scheduler_epoch": namespace.scheduler_epoch,
                 }
             )
@@ -146,7 +151,7 @@ class MismatchListApi(APIView):
     @extend_schema(
         operation_id="mismatch_list",
         parameters=[s.MismatchQuery],
-        responses={200: s.MismatchPage, **_errors(400, 401, 404)},
+        responses={200: s.MismatchPage, **error_responses(400, 401, 404)},
     )
     def get(self, request: Request, ns: str) -> Response:
         stages._namespace(ns)
@@ -159,7 +164,7 @@ class MismatchListApi(APIView):
             rows = rows.filter(status=query.validated_data["status"])
         if query.validated_data.get("since"):
             rows = rows.filter(at__gte=query.validated_data["since"])
-        return _paginated(self, request, rows, lambda m: s.MismatchOut(m).data)
+        return paginated(self, request, rows, lambda m: s.MismatchOut(m).data)
 
 
 class MismatchReviewApi(APIView):
@@ -168,10 +173,10 @@ class MismatchReviewApi(APIView):
     @extend_schema(
         operation_id="mismatch_review",
         request=s.ReviewIn,
-        responses={200: s.MismatchOut, **_errors(400, 401, 403, 404)},
+        responses={200: s.MismatchOut, **error_responses(400, 401, 403, 404)},
     )
     def post(self, request: Request, mismatch_id: int) -> Response:
-        data = _valid(s.ReviewIn, request)
+        data = parsed(s.ReviewIn, request)
         return Response(
             s.MismatchOut(mismatch_review(principal=request.user, mismatch_id=mismatch_id, **data)).data
         )
@@ -183,10 +188,10 @@ class ExplainRuleApi(APIView):
     @extend_schema(
         operation_id="explain_rule_create",
         request=s.ExplainRuleIn,
-        responses={201: OpenApiResponse(description="the rule"), **_errors(400, 401, 403, 404)},
+        responses={201: OpenApiResponse(description="the rule"), **error_responses(400, 401, 403, 404)},
     )
     def post(self, request: Request, ns: str) -> Response:
-        data = _valid(s.ExplainRuleIn, request)
+        data = parsed(s.ExplainRuleIn, request)
         rule = explain_rule_create(principal=request.user, namespace=ns, **data)
         return Response(
             {
@@ -206,7 +211,7 @@ class CoverageApi(APIView):
 
     @extend_schema(
         operation_id="coverage_get",
-        responses={200: OpenApiResponse(description="coverage"), **_errors(401, 404)},
+        responses={200: OpenApiResponse(description="coverage"), **error_responses(401, 404)},
     )
     def get(self, request: Request, ns: str) -> Response:
         return Response(selectors.coverage(stages._namespace(ns)))
@@ -218,10 +223,10 @@ class WaiveApi(APIView):
     @extend_schema(
         operation_id="coverage_waive",
         request=s.WaiveIn,
-        responses={201: OpenApiResponse(description="the waiver"), **_errors(400, 401, 403, 404)},
+        responses={201: OpenApiResponse(description="the waiver"), **error_responses(400, 401, 403, 404)},
     )
     def post(self, request: Request, ns: str) -> Response:
-        data = _valid(s.WaiveIn, request)
+        data = parsed(s.WaiveIn, request)
         waiver = stages.waive_coverage(principal=request.user, namespace=ns, **data)
         return Response(
             {"point": waiver.point, "reason": waiver.reason, "principal": waiver.principal, "at": waiver.at},
@@ -240,7 +245,7 @@ class DrainApi(APIView):
             200: OpenApiResponse(
                 description="the last snapshot; before any was taken, the counts as they stand (taken_at null)"
             ),
-            **_errors(400, 401, 404),
+            **error_responses(400, 401, 404),
         },
     )
     def get(self, request: Request, ns: str) -> Response:
@@ -265,7 +270,7 @@ class DrainApi(APIView):
         operation_id="drain_snapshot",
         request=None,
         parameters=[s.DrainQuery],
-        responses={201: OpenApiResponse(description="a new snapshot"), **_errors(400, 401, 403, 404)},
+        responses={201: OpenApiResponse(description="a new snapshot"), **error_responses(400, 401, 403, 404)},
     )
     def post(self, request: Request, ns: str) -> Response:
         pool = _pool(request) or None
@@ -306,7 +311,7 @@ class AuditApi(APIView):
     @extend_schema(operation_id="audit_list", responses={200: OpenApiResponse(description="the audit log")})
     def get(self, request: Request) -> Response:
         rows = AuditEntry.objects.order_by("-at", "-id")
-        return _paginated(
+        return paginated(
             self,
             request,
             rows,
@@ -329,13 +334,16 @@ class RegisterApi(APIView):
     @extend_schema(
         operation_id="worker_register",
         request=s.RegisterIn,
-        responses={201: OpenApiResponse(description="registered"), **_errors(400, 401, 403, 404, 409)},
+        responses={
+            201: OpenApiResponse(description="registered"),
+            **error_responses(400, 401, 403, 404, 409),
+        },
         description="409 PROTOCOL_TOO_OLD when the protocol is older than the namespace requires "
         "(claim.v1 from V1_WRITES on, or per min_protocol); the worker's claims are then refused until "
         "it registers again with a newer protocol.",
     )
     def post(self, request: Request) -> Response:
-        data = _valid(s.RegisterIn, request)
+        data = parsed(s.RegisterIn, request)
         reg = workers.worker_register(principal=request.user, **data)
         return Response(
             {
@@ -355,9 +363,9 @@ class HeartbeatApi(APIView):
     @extend_schema(
         operation_id="worker_heartbeat",
         request=s.HeartbeatIn,
-        responses={200: OpenApiResponse(description="ok"), **_errors(400, 401, 403, 404, 409)},
+        responses={200: OpenApiResponse(description="ok"), **error_responses(400, 401, 403, 404, 409)},
     )
     def post(self, request: Request) -> Response:
-        data = _valid(s.HeartbeatIn, request)
+        data = parsed(s.HeartbeatIn, request)
         reg = workers.worker_heartbeat(principal=request.user, **data)
         return Response({"outcome": "HEARTBEAT", "last_heartbeat": reg.last_heartbeat})

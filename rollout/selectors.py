@@ -1,13 +1,15 @@
-"""Rollout reads: the window, validation coverage, compared operations, mismatches, drain counts, workers.
-The gates, the API and the dashboard share these, so a figure means the same everywhere."""
+"""Rollout reads: each namespace's stage, the window, validation coverage, compared operations, mismatches, drain
+counts, workers, and the task reads by stage. The gates, the API, the metrics and the console share these, so a
+figure means the same everywhere. Nothing here writes."""
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Q
+from django.db.models import Case, CharField, Count, Exists, OuterRef, Q, QuerySet, Subquery, Value, When
 
 from claims import clock
 from claims.models import (
@@ -26,13 +28,61 @@ from .legacy import legacy_store
 from .models import (
     ComparedOperation,
     CoverageWaiver,
+    GateEvaluation,
+    LegacyClaim,
     Mismatch,
     MismatchStatus,
+    Protocol,
+    RolloutState,
+    Stage,
     StageChange,
     WorkerRegistration,
 )
 
 POINTS = [point.value for point in AcceptancePoint]
+LEGACY_READS = (Stage.LEGACY, Stage.SHADOW)
+
+
+def rollout_state(namespace: Namespace) -> tuple[str, str]:
+    """(stage, min_protocol). Load the namespace with ``select_related("rollout")`` to read it without a query.
+    A namespace the core created alone has no record: V1_ONLY, legacy."""
+    try:
+        state = namespace.rollout
+    except RolloutState.DoesNotExist:
+        return Stage.V1_ONLY, Protocol.LEGACY
+    return state.stage, state.min_protocol
+
+
+def stage_of(namespace: Namespace) -> str:
+    return rollout_state(namespace)[0]
+
+
+ORDER = [Stage.LEGACY, Stage.SHADOW, Stage.V1_READS, Stage.V1_WRITES, Stage.V1_ONLY]
+
+
+def next_stage(stage: str) -> str | None:
+    index = ORDER.index(stage)
+    return ORDER[index + 1] if index + 1 < len(ORDER) else None
+
+
+def last_gate(namespace: Namespace, stage: str | None = None) -> GateEvaluation | None:
+    """The newest recorded evaluation of the gate out of the namespace's stage, since the stage began — recorded
+    by the ``gate_check`` beat job and by every advance; None before the first (or at V1_ONLY)."""
+    stage = stage or stage_of(namespace)
+    to = next_stage(stage)
+    if to is None:
+        return None
+    return (
+        GateEvaluation.objects.filter(
+            namespace=namespace.name, move=f"{stage} → {to}", at__gte=stage_started_at(namespace)
+        )
+        .order_by("-at", "-id")
+        .first()
+    )
+
+
+def age_seconds(at: datetime | None, now: datetime | None = None) -> float | None:
+    return None if at is None else round(((now or clock.now()) - at).total_seconds(), 1)
 
 
 def stage_started_at(namespace: Namespace) -> datetime:
@@ -51,17 +101,35 @@ def window_start(namespace: Namespace, now: datetime | None = None) -> datetime:
     return max(stage_started_at(namespace), now - timedelta(seconds=settings.ROLLOUT_WINDOW_SECONDS))
 
 
+def validation_counts(
+    *, namespace: Namespace | None = None, since: datetime | None = None, until: datetime | None = None
+) -> dict[str, dict[str, int]]:
+    """Per acceptance point: requests that reached it (``total``) and those claim.v1 checked with epoch and
+    generation of their own (``validated``: not passed on from the legacy API). Every point is present."""
+    events = TaskEvent.objects.filter(point__isnull=False)
+    if namespace is not None:
+        events = events.filter(namespace_id=namespace.id)
+    if since is not None:
+        events = events.filter(at__gte=since)
+    if until is not None:
+        events = events.filter(at__lte=until)
+    rows = events.values("point").annotate(total=Count("id"), validated=Count("id", filter=Q(via="")))
+    counts = {row["point"]: row for row in rows}
+    return {
+        point: {
+            "validated": counts.get(point, {}).get("validated", 0),
+            "total": counts.get(point, {}).get("total", 0),
+        }
+        for point in POINTS
+    }
+
+
 def coverage(namespace: Namespace, now: datetime | None = None) -> dict[str, Any]:
-    """Per acceptance point: requests that reached it (total) and those whose epoch and generation claim.v1
-    checked (validated), over the window. A point with no traffic is covered only when waived."""
+    """Per acceptance point over the window: ``validation_counts``, the ratio, and whether it is waived. A point
+    with no traffic is covered only when waived."""
     now = now or clock.now()
     start = window_start(namespace, now)
-    rows = (
-        TaskEvent.objects.filter(namespace_id=namespace.id, point__isnull=False, at__gte=start, at__lte=now)
-        .values("point")
-        .annotate(total=Count("id"), validated=Count("id", filter=Q(validated=True)))
-    )
-    counts = {row["point"]: row for row in rows}
+    counts = validation_counts(namespace=namespace, since=start, until=now)
     waived = set(
         CoverageWaiver.objects.filter(
             namespace=namespace.name, at__gte=stage_started_at(namespace)
@@ -69,8 +137,7 @@ def coverage(namespace: Namespace, now: datetime | None = None) -> dict[str, Any
     )
     points = {}
     for point in POINTS:
-        total = counts.get(point, {}).get("total", 0)
-        validated = counts.get(point, {}).get("validated", 0)
+        total, validated = counts[point]["total"], counts[point]["validated"]
         points[point] = {
             "validated": validated,
             "total": total,
@@ -133,3 +200,49 @@ def fresh_v1_workers(namespace: Namespace, now: datetime | None = None) -> int:
         refused=False,
         last_heartbeat__gte=now - timedelta(seconds=settings.WORKER_STALE_SECONDS),
     ).count()
+
+
+# --- task reads by stage: in LEGACY and SHADOW the legacy store is authoritative for who holds a task and what
+# its result is, so the task read and the frontier show the legacy view; from V1_READS on, claim.v1's. ---
+
+
+def with_legacy_state(tasks: QuerySet[Task]) -> QuerySet[Task]:
+    """Annotate ``read_state``: the state a reader sees where the legacy store is authoritative."""
+    now = clock.now()
+    rows = LegacyClaim.objects.filter(task_id=OuterRef("pk"))
+    completed = rows.exclude(completed_by="")
+    held = rows.filter(completed_by="", expires_at__gt=now).exclude(owner_id="")
+    legacy_reads = Q(namespace__rollout__stage__in=LEGACY_READS)
+    return tasks.annotate(
+        read_state=Case(
+            When(~legacy_reads, then="state"),
+            When(state__in=[TaskState.BLOCKED, TaskState.CANCELLED], then="state"),
+            When(Exists(completed), then=Value(TaskState.COMMITTED)),
+            When(Exists(held), then=Value(TaskState.CLAIMED)),
+            default=Value(TaskState.READY),
+            output_field=CharField(),
+        ),
+        legacy_owner=Subquery(held.values("owner_id")[:1]),
+    )
+
+
+def legacy_view(task: Task) -> Task:
+    """The task as a reader sees it: in LEGACY/SHADOW an unsaved copy carrying legacy's holder, expiry and result
+    (and ``read_from = "legacy"``); from V1_READS on, the task itself."""
+    if stage_of(task.namespace) not in LEGACY_READS:
+        return task
+    view = copy.copy(task)
+    view.read_from = "legacy"
+    if task.state in (TaskState.BLOCKED, TaskState.CANCELLED):
+        return view
+    row = LegacyClaim.objects.filter(pk=task.task_id).first()
+    if row is not None and row.completed_by:
+        view.state, view.owner_id, view.lease_expires_at = TaskState.COMMITTED, row.completed_by, None
+        view.result, view.result_digest = row.result, row.result_digest or None
+    elif row is not None and row.owner_id and row.expires_at and row.expires_at > clock.now():
+        view.state, view.owner_id, view.lease_expires_at = TaskState.CLAIMED, row.owner_id, row.expires_at
+        view.result = view.result_digest = None
+    else:
+        view.state, view.owner_id, view.lease_expires_at = TaskState.READY, None, None
+        view.result = view.result_digest = None
+    return view

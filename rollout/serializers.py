@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from claims import serializers as core_s
 from claims.digest import digest
 from claims.serializers import (
     DigestField,
@@ -12,6 +13,91 @@ from claims.serializers import (
     lease_seconds,
     paginated,
 )
+
+from .models import Protocol, Stage
+
+# --- namespaces, with the rollout's record of them ------------------------------------------------------------
+
+
+class NamespaceCreateIn(core_s.NamespaceCreateIn):
+    stage = serializers.ChoiceField(
+        choices=Stage.choices,
+        required=False,
+        default=Stage.V1_ONLY,
+        help_text="A namespace being migrated from the legacy table starts at LEGACY.",
+    )
+    min_protocol = serializers.ChoiceField(choices=Protocol.choices, required=False, default=Protocol.LEGACY)
+
+
+class NamespaceOut(core_s.NamespaceOut):
+    stage = serializers.ChoiceField(choices=Stage.choices)
+    min_protocol = serializers.ChoiceField(choices=Protocol.choices)
+
+
+class NamespaceDetailOut(NamespaceOut):
+    drain = core_s.DrainOut()
+
+
+NamespacePage = paginated(NamespaceOut, "RolloutNamespacePage")
+
+
+class ResumedOut(NamespaceOut):
+    outcome = serializers.CharField(default="RESUMED")
+
+
+# --- routed worker answers where legacy decided -----------------------------------------------------------------
+
+
+class ShadowOut(serializers.Serializer):
+    verdict = serializers.CharField(help_text="claim.v1's verdict on the same operation, judged in shadow.")
+    reason = serializers.CharField()
+    mismatch_id = serializers.IntegerField(allow_null=True)
+
+
+class LegacyDecidedOut(serializers.Serializer):
+    """Where legacy decides (SHADOW, V1_READS): legacy's verdict as ``outcome``, claim.v1's view of the task
+    after judging the same operation in shadow (claim fields null where claim.v1 refused)."""
+
+    outcome = serializers.CharField()
+    task_id = serializers.CharField()
+    input = serializers.JSONField()
+    input_digest = serializers.CharField()
+    state_version = serializers.IntegerField()
+    attempt_id = serializers.UUIDField(allow_null=True)
+    scheduler_epoch = serializers.IntegerField(allow_null=True)
+    claim_generation = serializers.IntegerField(allow_null=True)
+    cancel_generation = serializers.IntegerField()
+    lease_expires_at = serializers.DateTimeField(allow_null=True)
+    fences = serializers.DictField(child=serializers.IntegerField())
+    decided_by = serializers.CharField(default="legacy")
+    shadow = ShadowOut()
+    result_commit_id = serializers.UUIDField(
+        required=False, help_text="commit: when claim.v1 also committed."
+    )
+    unblocked = serializers.ListField(child=serializers.CharField(), required=False)
+
+
+class LegacyRefusedOut(core_s.ConflictOut):
+    """409 where legacy decides and refuses: legacy's word (HELD, NOT_OWNER) with the shadow fields."""
+
+    decided_by = serializers.CharField(default="legacy")
+    shadow = ShadowOut()
+
+
+class ReadFromOut(core_s.TaskOut):
+    read_from = serializers.CharField(
+        required=False, help_text="`legacy` in LEGACY and SHADOW: holder, expiry and result are legacy's."
+    )
+
+
+ReadTaskPage = paginated(ReadFromOut, "RolloutTaskPage")
+
+# --- the legacy protocol --------------------------------------------------------------------------------------
+
+
+class LegacyHeldOut(serializers.Serializer):
+    owner_id = serializers.CharField()
+    expires_at = serializers.DateTimeField(allow_null=True)
 
 
 class LegacyClaimIn(StrictSerializer):

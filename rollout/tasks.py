@@ -7,10 +7,10 @@ from celery import shared_task
 from django.db import DatabaseError
 
 from claims.locks import singleton
-from claims.models import Namespace, Principal, Stage
+from claims.models import Namespace, Principal
 
-from . import fences, jobs, stages
-from .models import Rollback
+from .models import Rollback, Stage
+from .services import fences, jobs, stages
 
 _RETRY = {"autoretry_for": (DatabaseError,), "retry_backoff": True, "retry_kwargs": {"max_retries": 5}}
 
@@ -45,13 +45,36 @@ def drain_check(namespace: str | None = None, pool: str | None = None) -> list[d
         [namespace]
         if namespace
         else list(
-            Namespace.objects.exclude(stage__in=[Stage.LEGACY, Stage.V1_ONLY]).values_list("name", flat=True)
+            Namespace.objects.filter(
+                rollout__stage__in=[Stage.SHADOW, Stage.V1_READS, Stage.V1_WRITES]
+            ).values_list("name", flat=True)
         )
     )
     out = []
     for name in names:
         snapshot = stages.drain_snapshot(namespace=name, pool=pool)
         out.append({"namespace": name, "clean": snapshot.clean, "clean_streak": snapshot.clean_streak})
+    return out
+
+
+@shared_task(name="rollout.gate_check", **_RETRY)
+def gate_check(namespace: str | None = None) -> list[dict]:
+    """Periodic: evaluate and record the next move's gate of every namespace that has one (or the one named) —
+    what the rollout page and GET …/rollout show, with its age. A read never evaluates."""
+    names = (
+        [namespace]
+        if namespace
+        else list(
+            Namespace.objects.exclude(rollout__stage=Stage.V1_ONLY)
+            .exclude(rollout__isnull=True)
+            .values_list("name", flat=True)
+        )
+    )
+    out = []
+    for name in names:
+        gate = stages.evaluate_gate(namespace=name)
+        if gate is not None:
+            out.append({"namespace": name, "move": gate.move, "holds": gate.holds})
     return out
 
 

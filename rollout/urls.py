@@ -1,29 +1,40 @@
+"""The rollout's routes. ``worker_urlpatterns`` and ``namespace_urlpatterns`` take exactly the paths of the
+core's lists of the same names (controlplane/urls.py mounts one or the other, never both)."""
+
 from __future__ import annotations
 
 from django.urls import path
 
 from claims.urls import NameConverter, TaskIdConverter  # noqa: F401  (registers the converters)
 
-from . import apis, rollout_apis, routed_apis
+from . import legacy_apis, namespace_apis, rollout_apis, worker_apis
 
 legacy_urlpatterns = [
-    path("tasks/<task_id:task_id>/claim", apis.LegacyClaimApi.as_view(), name="legacy-claim"),
-    path("tasks/<task_id:task_id>/heartbeat", apis.LegacyHeartbeatApi.as_view(), name="legacy-heartbeat"),
-    path("tasks/<task_id:task_id>/release", apis.LegacyReleaseApi.as_view(), name="legacy-release"),
-    path("tasks/<task_id:task_id>/complete", apis.LegacyCompleteApi.as_view(), name="legacy-complete"),
+    path("tasks/<task_id:task_id>/claim", legacy_apis.LegacyClaimApi.as_view(), name="legacy-claim"),
+    path(
+        "tasks/<task_id:task_id>/heartbeat", legacy_apis.LegacyHeartbeatApi.as_view(), name="legacy-heartbeat"
+    ),
+    path("tasks/<task_id:task_id>/release", legacy_apis.LegacyReleaseApi.as_view(), name="legacy-release"),
+    path("tasks/<task_id:task_id>/complete", legacy_apis.LegacyCompleteApi.as_view(), name="legacy-complete"),
 ]
 
-# The claim.v1 worker operations, routed by stage; mounted before the core's own routes for the same paths.
-v1_urlpatterns = [
-    path("tasks", routed_apis.RoutedTaskListApi.as_view(), name="routed-tasks"),
-    path("claims", routed_apis.RoutedClaimNextApi.as_view(), name="routed-claim-next"),
-    path("tasks/<task_id:task_id>", routed_apis.RoutedTaskDetailApi.as_view(), name="routed-task"),
-    path("tasks/<task_id:task_id>/claim", routed_apis.RoutedClaimApi.as_view(), name="routed-task-claim"),
-    path("tasks/<task_id:task_id>/renew", routed_apis.RoutedRenewApi.as_view(), name="routed-task-renew"),
-    path(
-        "tasks/<task_id:task_id>/release", routed_apis.RoutedReleaseApi.as_view(), name="routed-task-release"
-    ),
-    path("tasks/<task_id:task_id>/commit", routed_apis.RoutedCommitApi.as_view(), name="routed-task-commit"),
+worker_urlpatterns = [
+    path("tasks", worker_apis.TaskListCreateApi.as_view(), name="tasks"),
+    path("tasks/<task_id:task_id>", worker_apis.TaskDetailApi.as_view(), name="task"),
+    path("tasks/<task_id:task_id>/claim", worker_apis.TaskClaimApi.as_view(), name="task-claim"),
+    path("tasks/<task_id:task_id>/renew", worker_apis.TaskRenewApi.as_view(), name="task-renew"),
+    path("tasks/<task_id:task_id>/release", worker_apis.TaskReleaseApi.as_view(), name="task-release"),
+    path("tasks/<task_id:task_id>/commit", worker_apis.TaskCommitApi.as_view(), name="task-commit"),
+    path("claims", worker_apis.ClaimNextApi.as_view(), name="claim-next"),
+]
+
+namespace_urlpatterns = [
+    path("namespaces", namespace_apis.NamespaceListCreateApi.as_view(), name="namespaces"),
+    path("namespaces/<ns:ns>", namespace_apis.NamespaceDetailApi.as_view(), name="namespace"),
+    path("namespaces/<ns:ns>/resume", namespace_apis.NamespaceResumeApi.as_view(), name="namespace-resume"),
+]
+
+rollout_urlpatterns = [
     path("namespaces/<ns:ns>/rollout", rollout_apis.RolloutApi.as_view(), name="rollout"),
     path("namespaces/<ns:ns>/rollout/advance", rollout_apis.AdvanceApi.as_view(), name="rollout-advance"),
     path("namespaces/<ns:ns>/rollout/rollback", rollout_apis.RollbackApi.as_view(), name="rollout-rollback"),

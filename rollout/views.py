@@ -20,7 +20,6 @@ from claims.models import (
     EffectState,
     EventKind,
     Namespace,
-    Stage,
     Task,
     TaskEvent,
     TaskState,
@@ -28,7 +27,7 @@ from claims.models import (
 from claims.services.principals import ui_role
 from claims.ui import acting, bar_chart, report, role_required
 
-from . import fences, selectors, stages
+from . import selectors
 from .models import (
     DrainSnapshot,
     FenceRequest,
@@ -38,10 +37,12 @@ from .models import (
     Mismatch,
     MismatchStatus,
     Rollback,
+    Stage,
     StageChange,
     WorkerRegistration,
 )
-from .services import explain_rule_create, mismatch_review
+from .services import fences, stages
+from .services.reviews import explain_rule_create, mismatch_review
 from .tasks import fence_epoch
 
 
@@ -58,17 +59,24 @@ def overview(request: HttpRequest) -> HttpResponse:
         .values_list("namespace")
         .annotate(n=Count("id"))
     )
-    for ns in Namespace.objects.order_by("name"):
+    for ns in Namespace.objects.select_related("rollout").order_by("name"):
         drain = selectors.drain_counts(ns, now=now)
-        rows.append({"ns": ns, "drain": drain, "mismatches": open_by_ns.get(ns.name, 0)})
+        rows.append(
+            {
+                "ns": ns,
+                "stage": selectors.stage_of(ns),
+                "drain": drain,
+                "mismatches": open_by_ns.get(ns.name, 0),
+            }
+        )
     return render(request, "rollout/overview.html", _ctx(request, rows=rows))
 
 
 def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
-    gate = stages.evaluate_gate(namespace=ns.name)
-    ns.refresh_from_db()
-    order = stages.ORDER
-    here = order.index(ns.stage)
+    stage = selectors.stage_of(ns)
+    gate = selectors.last_gate(ns, stage)
+    order = selectors.ORDER
+    here = order.index(stage)
     steps = [{"stage": stage, "done": i < here, "current": i == here} for i, stage in enumerate(order)]
     drains = {
         label: DrainSnapshot.objects.filter(namespace=ns.name, pool=pool).order_by("-taken_at").first()
@@ -79,7 +87,9 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         "ns": ns,
         "steps": steps,
         "gate": gate,
-        "next_stage": stages.next_stage(ns.stage),
+        "stage": stage,
+        "gate_age": selectors.age_seconds(gate.at) if gate else None,
+        "next_stage": selectors.next_stage(stage),
         "earlier": order[:here],
         "coverage": selectors.coverage(ns),
         "drains": drains,

@@ -364,23 +364,6 @@ def pg_deadlocks() -> int:
         return cursor.fetchone()[0]
 
 
-def stage_history_replays(namespace: str) -> list[str]:
-    """The namespace's recorded stage changes replay as the documented moves only: each starts where the previous
-    ended, and is one step forward or a rollback to an earlier stage; the last is where the namespace is."""
-    from rollout.models import StageChange
-    from rollout.stages import ORDER
-
-    changes = list(StageChange.objects.filter(namespace=namespace).order_by("at", "id"))
-    stages = [changes[0].from_stage] if changes else []
-    for change in changes:
-        assert change.from_stage == stages[-1], [(c.from_stage, c.to_stage) for c in changes]
-        step = ORDER.index(change.to_stage) - ORDER.index(change.from_stage)
-        assert step == 1 or step < 0, (change.from_stage, change.to_stage)
-        stages.append(change.to_stage)
-    assert not stages or Namespace.objects.get(name=namespace).stage == stages[-1]
-    return stages
-
-
 # --- a real Celery worker process ---------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[1]

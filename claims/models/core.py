@@ -15,25 +15,10 @@ from django.db import models
 from django.db.models import F, Q
 
 
-class Stage(models.TextChoices):
-    LEGACY = "LEGACY"
-    SHADOW = "SHADOW"
-    V1_READS = "V1_READS"
-    V1_WRITES = "V1_WRITES"
-    V1_ONLY = "V1_ONLY"
-
-
-class Protocol(models.TextChoices):
-    LEGACY = "legacy"
-    CLAIM_V1 = "claim.v1"
-
-
 class Namespace(models.Model):
     name = models.SlugField(max_length=100, unique=True)
     scheduler_epoch = models.PositiveBigIntegerField(default=1)
     claims_paused = models.BooleanField(default=False)
-    stage = models.CharField(max_length=16, choices=Stage.choices, default=Stage.V1_ONLY)
-    min_protocol = models.CharField(max_length=16, choices=Protocol.choices, default=Protocol.LEGACY)
     # Who alone may lift the pause ("rollback:<id>"), or "": while it is set, resume is refused (PAUSE_HELD).
     pause_hold = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField()
@@ -42,10 +27,6 @@ class Namespace(models.Model):
     class Meta:
         constraints = [
             models.CheckConstraint(condition=Q(scheduler_epoch__gte=1), name="namespace_epoch_from_1"),
-            models.CheckConstraint(condition=Q(stage__in=Stage.values), name="namespace_stage_valid"),
-            models.CheckConstraint(
-                condition=Q(min_protocol__in=Protocol.values), name="namespace_protocol_valid"
-            ),
         ]
 
     def __str__(self) -> str:
@@ -276,8 +257,9 @@ class AcceptancePoint(models.TextChoices):
 
 class TaskEvent(models.Model):
     """The append-only timeline. Written in the transaction of the change it describes (a rejection: in its
-    own small transaction). Never updated. ``point``/``validated`` feed validation coverage: one row per
-    request that reached an acceptance point."""
+    own small transaction). Never updated. ``point`` marks one row per request that reached an acceptance point;
+    ``via`` names the protocol a request arrived through when another app passed it on (``services.acting_via``;
+    the rollout's mirrored legacy operations are ``"legacy"``), "" for a claim.v1 request of its own."""
 
     id = models.BigAutoField(primary_key=True)
     namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="+", db_constraint=False)
@@ -292,7 +274,7 @@ class TaskEvent(models.Model):
     owner_id = models.CharField(max_length=200, null=True, blank=True)
     principal = models.CharField(max_length=200, blank=True, default="")
     point = models.CharField(max_length=8, choices=AcceptancePoint.choices, null=True, blank=True)
-    validated = models.BooleanField(null=True, blank=True)
+    via = models.CharField(max_length=16, blank=True, default="")
     detail = models.JSONField(default=dict)
 
     class Meta:
@@ -303,8 +285,7 @@ class TaskEvent(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(kind__in=EventKind.values), name="event_kind_valid"),
             models.CheckConstraint(
-                condition=Q(point__isnull=True, validated__isnull=True)
-                | Q(point__in=AcceptancePoint.values, validated__isnull=False),
+                condition=Q(point__isnull=True) | Q(point__in=AcceptancePoint.values),
                 name="event_point_valid",
             ),
         ]

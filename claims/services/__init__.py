@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._base import namespace_lock, synthetic, unvalidated
+from ._base import NamespaceHold, acting_via, audit, namespace_lock, synthetic
 from .dispatch import Delivery, dispatch_deliver
 from .effects import (
     Prepared,
@@ -18,7 +18,6 @@ from .namespaces import (
     namespace_create,
     namespace_release_hold,
     namespace_resume,
-    namespace_set_stage,
 )
 from .principals import IssuedToken, hash_token, token_issue
 from .resources import ResourceView, resource_check, resource_create, resource_delete, resource_get
@@ -26,6 +25,9 @@ from .results import Committed, Staged, result_stage, task_commit
 from .tasks import TaskCreated, task_cancel, task_create, task_requeue, task_revise_input
 
 __all__ = [
+    "NamespaceHold",
+    "acting_via",
+    "audit",
     "Delivery",
     "Prepared",
     "ResourceView",
@@ -51,7 +53,6 @@ __all__ = [
     "namespace_lock",
     "namespace_release_hold",
     "namespace_resume",
-    "namespace_set_stage",
     "result_stage",
     "task_cancel",
     "task_claim",
@@ -64,5 +65,4 @@ __all__ = [
     "task_revise_input",
     "token_issue",
     "synthetic",
-    "unvalidated",
 ]

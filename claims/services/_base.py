@@ -27,7 +27,6 @@ class NamespaceHold:
     name: str
     scheduler_epoch: int
     claims_paused: bool
-    stage: str
     now: datetime
     pause_hold: str = ""
 
@@ -97,7 +96,7 @@ def _namespace_row(*, name: str | None, task_id: str | None, lock: str) -> Names
     else:
         where, param = "n.name = %s", name
     inner = (
-        f"SELECT n.id, n.name, n.scheduler_epoch, n.claims_paused, n.stage, n.pause_hold FROM {_NS} n "
+        f"SELECT n.id, n.name, n.scheduler_epoch, n.claims_paused, n.pause_hold FROM {_NS} n "
         f"WHERE {where}{_sql.lock_clause(lock)}"
     )
     with connection.cursor() as cursor:
@@ -110,9 +109,8 @@ def _namespace_row(*, name: str | None, task_id: str | None, lock: str) -> Names
         name=row[1],
         scheduler_epoch=row[2],
         claims_paused=bool(row[3]),
-        stage=row[4],
-        pause_hold=row[5],
-        now=clock.from_db(row[6]),
+        pause_hold=row[4],
+        now=clock.from_db(row[5]),
     )
 
 
@@ -129,7 +127,7 @@ def hold_task(task_id: str) -> tuple[NamespaceHold, Task]:
     pg = _sql.is_postgres()
     inner = (
         f"SELECT t.*, n.name AS ns_name, n.scheduler_epoch AS ns_epoch, n.claims_paused AS ns_paused, "
-        f"n.stage AS ns_stage, n.pause_hold AS ns_hold "
+        f"n.pause_hold AS ns_hold "
         f"FROM {_TASK} t JOIN {_NS} n ON n.id = t.namespace_id WHERE t.task_id = %s"
         + (" FOR NO KEY UPDATE OF t FOR SHARE OF n" if pg else "")
     )
@@ -142,7 +140,6 @@ def hold_task(task_id: str) -> tuple[NamespaceHold, Task]:
         name=task.ns_name,
         scheduler_epoch=task.ns_epoch,
         claims_paused=bool(task.ns_paused),
-        stage=task.ns_stage,
         pause_hold=task.ns_hold,
         now=clock.from_db(task.db_now),
     )
@@ -161,7 +158,7 @@ def task_current(task: Task, ns: NamespaceHold) -> dict[str, Any]:
     }
 
 
-_validated: contextvars.ContextVar[bool] = contextvars.ContextVar("claims_validated", default=True)
+_via: contextvars.ContextVar[str] = contextvars.ContextVar("claims_via", default="")
 _synthetic: contextvars.ContextVar[bool] = contextvars.ContextVar("claims_synthetic", default=False)
 
 
@@ -178,15 +175,15 @@ def synthetic() -> Iterator[None]:
 
 
 @contextmanager
-def unvalidated() -> Iterator[None]:
-    """Requests made inside this block reach acceptance points and are counted, but not as validated: they carry
-    no epoch or generation of their own (the rollout's mirrored legacy operations are judged as the attempt
-    claim.v1 last granted, with that attempt's values)."""
-    token = _validated.set(False)
+def acting_via(protocol: str) -> Iterator[None]:
+    """Requests made inside this block were passed on by another app from ``protocol``: the timeline rows they
+    write say so (``TaskEvent.via``). The core judges them like any other; what the label means — the rollout
+    counts such requests as not validated — is the caller's business."""
+    token = _via.set(protocol)
     try:
         yield
     finally:
-        _validated.reset(token)
+        _via.reset(token)
 
 
 def event_values(
@@ -203,8 +200,8 @@ def event_values(
     point: str | None = None,
     detail: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One timeline row. ``point`` marks a request that reached an acceptance point; claim.v1 checked its epoch
-    and generation, so it counts as validated."""
+    """One timeline row. ``point`` marks a request that reached an acceptance point; ``via`` the protocol it was
+    passed on from, if any (``acting_via``)."""
     return {
         "namespace_id": namespace_id,
         "task_id": task_id,
@@ -216,7 +213,7 @@ def event_values(
         "owner_id": owner_id,
         "principal": principal.name if principal else "",
         "point": point,
-        "validated": _validated.get() if point else None,
+        "via": _via.get(),
         "detail": detail or {},
     }
 

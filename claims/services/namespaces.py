@@ -7,7 +7,7 @@ import uuid
 from django.db import IntegrityError, transaction
 
 from .. import clock
-from ..errors import InvalidTransition, NamespaceExists, PauseHeld
+from ..errors import NamespaceExists, PauseHeld
 from ..models import (
     Attempt,
     AttemptEnd,
@@ -15,8 +15,6 @@ from ..models import (
     EventKind,
     Namespace,
     Principal,
-    Protocol,
-    Stage,
     Task,
     TaskEvent,
     TaskState,
@@ -24,28 +22,19 @@ from ..models import (
 from ._base import audit, namespace_lock, new_event
 
 
-def namespace_create(
-    *, principal: Principal, name: str, stage: str = Stage.V1_ONLY, min_protocol: str = Protocol.LEGACY
-) -> Namespace:
-    """A new scheduler scope at epoch 1. A namespace being migrated from the legacy table starts at LEGACY."""
-    with transaction.atomic(durable=True):
+def namespace_create(*, principal: Principal, name: str) -> Namespace:
+    """A new scheduler scope at epoch 1, audited. Composes into the caller's transaction (the rollout creates
+    its own record of the namespace in the same one)."""
+    with transaction.atomic(savepoint=False):
         now = clock.now()
         if Namespace.objects.filter(name=name).exists():
             raise NamespaceExists(f"namespace {name!r} exists")
         try:
             with transaction.atomic():  # the unique index decides a race between two creators
-                namespace = Namespace.objects.create(
-                    name=name, stage=stage, min_protocol=min_protocol, created_at=now, updated_at=now
-                )
+                namespace = Namespace.objects.create(name=name, created_at=now, updated_at=now)
         except IntegrityError:
             raise NamespaceExists(f"namespace {name!r} exists") from None
-        audit(
-            principal=principal,
-            action="namespace_create",
-            at=now,
-            namespace=name,
-            detail={"stage": stage, "min_protocol": min_protocol},
-        )
+        audit(principal=principal, action="namespace_create", at=now, namespace=name)
     return namespace
 
 
@@ -157,37 +146,3 @@ def namespace_release_hold(*, namespace: str, hold: str) -> bool:
         return bool(
             Namespace.objects.filter(pk=ns.id, pause_hold=hold).update(pause_hold="", updated_at=ns.now)
         )
-
-
-def namespace_set_stage(
-    *,
-    principal: Principal | None,
-    namespace: str,
-    stage: str,
-    expected_stage: str,
-    reason: str = "",
-) -> Namespace:
-    """Record a namespace's rollout stage — a compare-and-set on the stage it starts from (``expected_stage``):
-    a stage that moved meanwhile is INVALID_TRANSITION (STAGE_CHANGED) and nothing is written. The rollout app
-    decides when; this only writes it, audited. Composes into the caller's transaction (the rollout's advance
-    and rollback lock the namespace first, decide, then call this under the same lock)."""
-    with transaction.atomic(savepoint=False):
-        ns = namespace_lock(name=namespace)
-        if not Namespace.objects.filter(pk=ns.id, stage=expected_stage).update(
-            stage=stage, updated_at=ns.now
-        ):
-            raise InvalidTransition(
-                f"the stage moved to {ns.stage} meanwhile (expected {expected_stage})",
-                reason="STAGE_CHANGED",
-                current={"stage": ns.stage},
-            )
-        if principal is not None:
-            audit(
-                principal=principal,
-                action="namespace_set_stage",
-                at=ns.now,
-                namespace=namespace,
-                reason=reason,
-                detail={"from": expected_stage, "to": stage},
-            )
-        return Namespace.objects.get(pk=ns.id)

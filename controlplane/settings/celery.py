@@ -31,6 +31,7 @@ CELERY_BEAT_SCHEDULE = {
     "redeliver-dispatches": {"task": "claims.redeliver_dispatches", "schedule": 30.0},
     "resend-fences": {"task": "rollout.resend_fences", "schedule": 15.0},
     "drain-check": {"task": "rollout.drain_check", "schedule": 15.0},
+    "gate-check": {"task": "rollout.gate_check", "schedule": 15.0},
     "coverage-check": {"task": "rollout.coverage_check", "schedule": 60.0},
     "compare-shadow": {"task": "rollout.compare_shadow", "schedule": 60.0},
     "advance-rollbacks": {"task": "rollout.advance_rollback", "schedule": 15.0},

@@ -47,8 +47,8 @@ from claims.models import (
     TaskEvent,
 )
 from claims.tasks import redeliver_dispatches
-from rollout import fences
 from rollout.models import DrainSnapshot, FenceRequest, Rollback
+from rollout.services import fences
 from rollout.tasks import advance_rollback, fence_epoch, resend_fences
 from tests.conftest import (
     FAST_RESEND_ENV,
@@ -57,9 +57,9 @@ from tests.conftest import (
     pg_deadlocks,
     process_database_url,
     row_locked,
-    stage_history_replays,
     wait_for,
 )
+from tests.support.rollout import stage_history_replays, stage_of
 
 ROOT = Path(__file__).resolve().parents[2]
 SECONDS = float(os.environ.get("CHAOS_SECONDS", "8"))
@@ -475,7 +475,7 @@ def test_invariants_hold_with_effects_lost_replies_killed_job_workers_a_fence_jo
             oncall.post("/namespaces/chaos/resume", {})
 
             time.sleep(min(1.0, SECONDS * 0.1))
-            if Namespace.objects.get(name="chaos").stage == "V1_ONLY":
+            if stage_of("chaos") == "V1_ONLY":
                 outcome = roll_back_under_load(oncall, effect_target)
                 faults[f"rollback V1_ONLY → V1_WRITES ({outcome}, finished by the job)"] += 1
             else:
@@ -566,7 +566,7 @@ def roll_back_under_load(oncall, effect_target) -> str:
     assert wait_for(drained_and_rolled_back, seconds=30), list(
         DrainSnapshot.objects.filter(namespace="chaos").order_by("-taken_at").values()[:1]
     )
-    assert Namespace.objects.get(name="chaos").stage == "V1_WRITES"
+    assert stage_of("chaos") == "V1_WRITES"
     return started.json()["outcome"]
 
 

@@ -19,10 +19,11 @@ from django.db import connection
 
 from claims.models import AuditEntry, DispatchIntent, Effect, Namespace, Principal
 from claims.tasks import deliver_dispatch, redeliver_dispatches
-from rollout import fences
 from rollout.models import FenceRequest, Rollback, StageChange
+from rollout.services import fences
 from rollout.tasks import advance_rollback, fence_epoch, resend_fences
 from tests.conftest import FAST_RESEND_ENV, make_actor, row_locked, wait_for, wait_for_lock_waiters
+from tests.support.rollout import stage_of
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -116,11 +117,11 @@ def test_a_rollback_job_killed_inside_its_finishing_transaction_leaves_nothing_h
         advance_rollback.delay(str(rollback.pk))
         wait_for_lock_waiters(1)  # the job holds the namespace row and waits for the rollback's
         # The stage move, the hold's release and DONE are one transaction: nothing of it is visible yet.
-        assert Namespace.objects.get(name="moving").stage == "V1_ONLY"
+        assert stage_of("moving") == "V1_ONLY"
         celery_workers.kill(first)
 
     ns = Namespace.objects.get(name="moving")
-    assert (ns.stage, ns.pause_hold) == ("V1_ONLY", f"rollback:{rollback.pk}")
+    assert (stage_of(ns.name), ns.pause_hold) == ("V1_ONLY", f"rollback:{rollback.pk}")
     assert Rollback.objects.get().finished_at is None
     celery_workers.start()
     advance_rollback.delay()  # beat's periodic run: every unfinished rollback
@@ -131,7 +132,7 @@ def test_a_rollback_job_killed_inside_its_finishing_transaction_leaves_nothing_h
         "V1_WRITES"
     ]
     ns = Namespace.objects.get(name="moving")
-    assert (ns.stage, ns.claims_paused, ns.pause_hold) == ("V1_WRITES", True, "")
+    assert (stage_of(ns.name), ns.claims_paused, ns.pause_hold) == ("V1_WRITES", True, "")
 
 
 def test_a_delivery_killed_while_the_target_acts_is_sent_again_under_the_same_key(

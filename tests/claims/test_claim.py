@@ -274,7 +274,7 @@ def test_a_rejected_claim_changes_nothing_but_is_logged_as_a_fenced_event(worker
 
     assert Task.objects.values().get(pk=ready_task) == before
     fenced = TaskEvent.objects.get(task_id=ready_task, kind="fenced")
-    assert (fenced.point, fenced.validated, fenced.owner_id) == ("claim", True, "worker-b")
+    assert (fenced.point, fenced.via, fenced.owner_id) == ("claim", "", "worker-b")
     assert fenced.detail == {"outcome": "NOT_CLAIMABLE", "reason": "LEASE_LIVE"}
 
 

@@ -63,11 +63,9 @@ def test_a3_a_paused_holder_is_fenced_by_epoch_at_every_acceptance_point(
         assert (response.json()["outcome"], response.json()["reason"]) == ("FENCED", "EPOCH")
         assert response.json()["current"]["scheduler_epoch"] == 2
     assert Task.objects.values().get(pk=ready_task) == before
-    # Coverage: each rejection counted once, validated, at its own acceptance point.
-    points = sorted(
-        TaskEvent.objects.filter(task_id=ready_task, kind="fenced").values_list("point", "validated")
-    )
-    assert points == [("commit", True), ("release", True), ("renew", True)]
+    # Each rejection counted once, at its own acceptance point, as a claim.v1 request of its own (via "").
+    points = sorted(TaskEvent.objects.filter(task_id=ready_task, kind="fenced").values_list("point", "via"))
+    assert points == [("commit", ""), ("release", ""), ("renew", "")]
 
 
 def test_the_fence_marks_live_attempts_fenced_and_writes_their_timelines(

@@ -9,6 +9,7 @@ from django.contrib.auth.models import Group
 from django.test import Client
 
 from claims.models import AuditEntry, Effect, Namespace
+from tests.support.rollout import stage_of
 
 
 def login(role: str) -> Client:
@@ -63,14 +64,20 @@ def test_the_fence_needs_a_reason_and_the_typed_name_and_is_audited(ui_oncall, u
 
 
 def test_advance_shows_the_gate_before_confirming(ui_operator, operator):
+    from rollout.models import GateEvaluation
+    from rollout.tasks import gate_check
+
     operator.post("/namespaces", {"name": "pay", "stage": "LEGACY"})
+    unrecorded = ui_operator.get("/ns/pay/advance?to=SHADOW")
+    assert b"not evaluated yet" in unrecorded.content and not GateEvaluation.objects.exists()  # a read records nothing
+    gate_check()  # the beat job records the gate
 
     confirm = ui_operator.get("/ns/pay/advance?to=SHADOW")
     refused = ui_operator.post("/ns/pay/advance", {"to_stage": "SHADOW", "reason": "go"}, follow=True)
 
-    assert b"v1_workers" in confirm.content and b"SHUT" in confirm.content
+    assert b"v1_workers" in confirm.content and b"SHUT" in confirm.content and b"s ago" in confirm.content
     assert b"GATE_NOT_MET" in refused.content
-    assert Namespace.objects.get(name="pay").stage == "LEGACY"
+    assert stage_of("pay") == "LEGACY"
 
 
 def test_effects_are_approved_and_reconciled_from_the_backlog(ui_operator, operator, worker_a):

@@ -11,6 +11,7 @@ from claims.digest import digest
 from claims.models import AuditEntry, Effect, Namespace
 from rollout.models import Mismatch
 from tests.conftest import ensure_default_namespace, make_actor
+from tests.support.rollout import stage_of
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -113,7 +114,7 @@ def test_log_in_and_walk_a_namespace_through_every_stage(page, live_server, worl
     page.goto(f"{live_server.url}/ns/payments/")
     assert page.locator('ol.stepper li[aria-current="step"]').inner_text().startswith("V1_ONLY")
     shot(page, "06-rollout-v1-only")
-    assert Namespace.objects.get(name="payments").stage == "V1_ONLY"
+    assert stage_of("payments") == "V1_ONLY"
     assert AuditEntry.objects.filter(action="namespace_set_stage", principal="ui:olivia").count() == 4
 
 

@@ -10,6 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from claims.models import AuditEntry, Namespace
+from tests.support.rollout import stage_of
 
 
 def run(*args) -> dict:
@@ -46,7 +47,7 @@ def test_status_advance_with_override_and_rollback(operator, oncall):
     assert forced["stage"] == "SHADOW"
     assert back["outcome"] == "ROLLED_BACK" and back["scheduler_epoch"] == 2
     ns = Namespace.objects.get(name="cli")
-    assert (ns.stage, ns.claims_paused) == ("LEGACY", True)
+    assert (stage_of(ns.name), ns.claims_paused) == ("LEGACY", True)
     assert AuditEntry.objects.filter(action="namespace_set_stage", principal="oscar-oncall").count() == 2
 
 

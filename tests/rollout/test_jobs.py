@@ -7,9 +7,9 @@ import pytest
 from claims.errors import Forbidden, NotFound
 from claims.models import AuditEntry, Namespace, Principal, TaskEvent
 from claims.tasks import reap_expired_leases
-from rollout import fences
 from rollout import tasks as jobs
 from rollout.models import DrainSnapshot, FenceRequest, LegacyClaim, Mismatch
+from rollout.services import fences
 from tests.conftest import make_actor, wait_for
 
 

@@ -80,9 +80,9 @@ def test_a16_a_paused_legacy_worker_overwrites_in_legacy_and_is_fenced_in_claim_
         None,
     )
     assert ComparedOperation.objects.filter(agreed=True).count() == 3
-    # Mirrored legacy operations are counted at their points but never as validated.
+    # Mirrored legacy operations are counted at their points, passed on from legacy: never validated.
     mirrored = TaskEvent.objects.filter(task_id=task_id, point__isnull=False)
-    assert mirrored.exists() and not mirrored.filter(validated=True).exists()
+    assert mirrored.exists() and set(mirrored.values_list("via", flat=True)) == {"legacy"}
 
 
 def test_a15_the_legacy_api_is_refused_from_v1_writes_on(operator, worker_a):

@@ -16,9 +16,9 @@ from tests.conftest import (
     make_actor,
     pg_deadlocks,
     run_in_thread,
-    stage_history_replays,
     wait_done_or_waiting,
 )
+from tests.support.rollout import stage_history_replays, stage_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -92,7 +92,7 @@ def test_a25_an_advance_racing_a_rollback_never_undoes_the_rollback(operator, se
 
     rolled = rollback_box["value"]
     assert rolled.status_code == 200 and rolled.json()["outcome"] == "ROLLED_BACK", rolled.json()
-    assert Namespace.objects.get(name=namespace).stage == "SHADOW"
+    assert stage_of(namespace) == "SHADOW"
     assert stage_history_replays(namespace)[-1] == "SHADOW"
     advanced = advance_box["value"]
     if advanced.status_code != 200:
@@ -129,7 +129,7 @@ def test_an_advance_while_a_rollback_is_open_is_refused_with_its_own_word(operat
 
     for response in (advanced, overridden):
         assert response.status_code == 409 and response.json()["outcome"] == "ROLLBACK_IN_PROGRESS"
-    assert Namespace.objects.get(name=namespace).stage == "V1_READS"
+    assert stage_of(namespace) == "V1_READS"
     assert not StageChange.objects.filter(namespace=namespace).exists()
 
 
@@ -137,7 +137,7 @@ def test_an_advance_while_a_rollback_is_open_is_refused_with_its_own_word(operat
 
 
 def test_a27_resume_while_a_rollback_is_open_is_refused_whoever_asks_until_it_ends(operator):
-    from rollout.fences import fence_now
+    from rollout.services.fences import fence_now
 
     oncall = make_actor("oncall-rb", "oncall")
     namespace = _ns(operator, "holding", "V1_READS")
@@ -165,7 +165,10 @@ def test_a27_resume_while_a_rollback_is_open_is_refused_whoever_asks_until_it_en
     )
     assert finished.status_code == 200 and finished.json()["outcome"] == "ROLLED_BACK", finished.json()
     ns = Namespace.objects.get(name=namespace)
-    assert (ns.stage, ns.claims_paused) == ("SHADOW", True)  # claims stay paused until someone resumes
+    assert (stage_of(ns.name), ns.claims_paused) == (
+        "SHADOW",
+        True,
+    )  # claims stay paused until someone resumes
     resumed = oncall.post(f"/namespaces/{namespace}/resume", {"reason": "rollback done"})
     assert resumed.status_code == 200 and not Namespace.objects.get(name=namespace).claims_paused
     entry = AuditEntry.objects.filter(action="namespace_resume", namespace=namespace).get()
@@ -178,7 +181,7 @@ def test_a27_resume_while_a_rollback_is_open_is_refused_whoever_asks_until_it_en
 @pytest.mark.postgres
 def test_a26_concurrent_fences_and_resumes_finish_without_deadlock_each_fence_applied_once(operator):
     from claims.models import Principal
-    from rollout.fences import fence_now
+    from rollout.services.fences import fence_now
 
     oncall = make_actor("oncall-many", "oncall")
     _ns(operator, "incident", "V1_ONLY")
@@ -229,7 +232,7 @@ def test_entering_shadow_while_claims_are_paused_is_refused_and_says_why(operato
         f"/namespaces/{namespace}/rollout/advance", {"to_stage": "SHADOW", "reason": "go"}
     )
     assert refused.status_code == 409 and refused.json()["outcome"] == "CLAIMS_PAUSED", refused.json()
-    assert Namespace.objects.get(name=namespace).stage == "LEGACY"
+    assert stage_of(namespace) == "LEGACY"
     assert Task.objects.get(pk=held).claim_generation == 0
 
     oncall.post(f"/namespaces/{namespace}/resume", {"reason": "ready to import"})
@@ -245,7 +248,7 @@ def test_entering_shadow_while_claims_are_paused_is_refused_and_says_why(operato
 def test_the_fence_self_check_is_never_counted_as_traffic(operator):
     from claims.models import Principal, TaskEvent
     from rollout import selectors
-    from rollout.fences import fence_now
+    from rollout.services.fences import fence_now
 
     make_actor("oncall-probe", "oncall")
     namespace = _ns(operator, "probed", "V1_ONLY")

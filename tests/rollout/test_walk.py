@@ -12,6 +12,7 @@ from claims.digest import digest
 from claims.models import Effect, Namespace, Task
 from rollout.models import GateEvaluation, LegacyClaim, Mismatch, StageChange
 from tests.conftest import make_actor
+from tests.support.rollout import stage_of
 
 NS = "payments"
 
@@ -146,7 +147,7 @@ def test_a_namespace_walks_every_gate_then_rolls_back_with_a_fence(operator, onc
     db_clock.travel(15)
     drained = advance(operator, "V1_ONLY")
     assert drained.status_code == 200 and drained.json()["gate"]["figures"]["clean_streak"] == 2
-    assert Namespace.objects.get(name=NS).stage == "V1_ONLY"
+    assert stage_of(NS) == "V1_ONLY"
 
     # Rollback: fence → drain → stage back → claims stay paused.
     epoch_before = Namespace.objects.get(name=NS).scheduler_epoch
@@ -174,7 +175,7 @@ def test_a_namespace_walks_every_gate_then_rolls_back_with_a_fence(operator, onc
     )
     assert done.status_code == 200 and done.json()["outcome"] == "ROLLED_BACK"
     namespace = Namespace.objects.get(name=NS)
-    assert (namespace.stage, namespace.claims_paused) == ("V1_WRITES", True)
+    assert (stage_of(namespace.name), namespace.claims_paused) == ("V1_WRITES", True)
     assert Effect.objects.get(pk=key).state == "PREPARED"
     assert LegacyClaim.objects.filter(pk=late).exists()
     assert [c.to_stage for c in StageChange.objects.filter(namespace=NS).order_by("at", "id")] == [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 
 from claims.errors import ClaimError
-from rollout.stages import drain_snapshot
+from rollout.services.stages import drain_snapshot
 
 from ._common import fail, show
 

@@ -6,8 +6,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from claims.errors import ClaimError
 from claims.models import Namespace
-from rollout import stages
+from rollout import selectors
 from rollout.models import Rollback
+from rollout.services import stages
 
 from ._common import fail, principal, show
 
@@ -44,8 +45,8 @@ class Command(BaseCommand):
                     self.stdout,
                     {
                         "namespace": namespace,
-                        "stage": ns.stage,
-                        "next_stage": stages.next_stage(ns.stage),
+                        "stage": selectors.stage_of(ns),
+                        "next_stage": selectors.next_stage(selectors.stage_of(ns)),
                         "scheduler_epoch": ns.scheduler_epoch,
                         "claims_paused": ns.claims_paused,
                         "gate": gate.__dict__ if gate else None,

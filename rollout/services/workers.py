@@ -6,10 +6,11 @@ from django.db import transaction
 
 from claims import clock
 from claims.errors import NotFound
-from claims.models import Namespace, Principal, Protocol, Stage
+from claims.models import Namespace, Principal
 
-from .models import WorkerRegistration
-from .services import ProtocolTooOld
+from ..models import Protocol, Stage, WorkerRegistration
+from ..selectors import rollout_state as state_of
+from .errors import ProtocolTooOld
 
 # Older first; anything not listed is older than both.
 _PROTOCOL_RANK = {Protocol.LEGACY: 1, Protocol.CLAIM_V1: 2}
@@ -17,7 +18,8 @@ _PROTOCOL_RANK = {Protocol.LEGACY: 1, Protocol.CLAIM_V1: 2}
 
 def required_protocol(namespace: Namespace) -> str:
     """claim.v1 from V1_WRITES on, or whenever the namespace's min_protocol says so; else legacy."""
-    if namespace.stage in (Stage.V1_WRITES, Stage.V1_ONLY) or namespace.min_protocol == Protocol.CLAIM_V1:
+    stage, min_protocol = state_of(namespace)
+    if stage in (Stage.V1_WRITES, Stage.V1_ONLY) or min_protocol == Protocol.CLAIM_V1:
         return Protocol.CLAIM_V1
     return Protocol.LEGACY
 
@@ -28,7 +30,7 @@ def worker_register(
     """Register (or re-register) a worker for a namespace. A protocol older than the namespace requires is
     refused with PROTOCOL_TOO_OLD — and recorded, so the worker's claims are refused until it registers again
     with a protocol that is new enough."""
-    ns = Namespace.objects.filter(name=namespace).first()
+    ns = Namespace.objects.select_related("rollout").filter(name=namespace).first()
     if ns is None:
         raise NotFound(f"no such namespace: {namespace}")
     needed = required_protocol(ns)
@@ -50,7 +52,7 @@ def worker_register(
     if too_old:
         raise ProtocolTooOld(
             f"namespace {ns.name} requires {needed}; {protocol!r} is older",
-            current={"stage": ns.stage, "min_protocol": ns.min_protocol, "required": needed},
+            current={"stage": state_of(ns)[0], "min_protocol": state_of(ns)[1], "required": needed},
         )
     return registration
 
@@ -74,9 +76,12 @@ def worker_heartbeat(*, principal: Principal, namespace: str = "default") -> Wor
     return registration
 
 
-def refuse_if_too_old(*, principal: Principal, namespace: str) -> None:
+def refuse_if_too_old(*, principal: Principal, namespace: str, stage: str) -> None:
     """A refused worker's claims are refused too (409 PROTOCOL_TOO_OLD) until it registers anew."""
     if WorkerRegistration.objects.filter(
         principal=principal.name, namespace=namespace, refused=True
     ).exists():
-        raise ProtocolTooOld("this worker registered with a protocol the namespace refuses; register again")
+        raise ProtocolTooOld(
+            "this worker registered with a protocol the namespace refuses; register again",
+            current={"stage": stage},
+        )

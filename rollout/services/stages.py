@@ -16,18 +16,17 @@ from django.db import transaction
 
 from claims import clock, interleave, services
 from claims.errors import ClaimsPaused, Conflict, Forbidden, InvalidTransition, NotFound
-from claims.models import Namespace, Principal, Role, Stage
-from claims.services._base import audit
+from claims.models import Namespace, Principal, Role
+from claims.services import audit
 
-from . import selectors
-from .legacy import legacy_store
-from .models import CoverageWaiver, DrainSnapshot, GateEvaluation, Rollback, StageChange
+from .. import selectors
+from ..legacy import legacy_store
+from ..models import CoverageWaiver, DrainSnapshot, GateEvaluation, Rollback, Stage, StageChange
+from . import state
+from .errors import GateNotMet, RollbackInProgress
 
-ORDER = [Stage.LEGACY, Stage.SHADOW, Stage.V1_READS, Stage.V1_WRITES, Stage.V1_ONLY]
-
-
-class GateNotMet(Conflict):
-    outcome = "GATE_NOT_MET"
+ORDER = selectors.ORDER
+next_stage = selectors.next_stage
 
 
 @dataclass(frozen=True)
@@ -39,13 +38,8 @@ class Gate:
     checked_at: Any
 
 
-def next_stage(stage: str) -> str | None:
-    index = ORDER.index(stage)
-    return ORDER[index + 1] if index + 1 < len(ORDER) else None
-
-
 def _namespace(name: str) -> Namespace:
-    namespace = Namespace.objects.filter(name=name).first()
+    namespace = Namespace.objects.select_related("rollout").filter(name=name).first()
     if namespace is None:
         raise NotFound(f"no such namespace: {name}")
     return namespace
@@ -97,20 +91,22 @@ def drained(snapshot: DrainSnapshot) -> bool:
 
 
 def evaluate_gate(*, namespace: str) -> Gate | None:
-    """Evaluate (and record) the gate of the namespace's next move; None at V1_ONLY."""
+    """Evaluate and record the gate of the namespace's next move (the ``gate_check`` job; reads show the last
+    recorded one, ``selectors.last_gate``); None at V1_ONLY."""
     ns = _namespace(namespace)
     with transaction.atomic(durable=True):
-        return _evaluate(ns, now=clock.now())
+        return _evaluate(ns, selectors.stage_of(ns), now=clock.now())
 
 
-def _evaluate(ns: Namespace, *, now: Any) -> Gate | None:
-    """The gate of ``ns``'s next move, recorded with its figures inside the caller's transaction."""
-    to = next_stage(ns.stage)
+def _evaluate(ns: Namespace, stage: str, *, now: Any) -> Gate | None:
+    """The gate of ``ns``'s next move from ``stage``, recorded with its figures inside the caller's
+    transaction."""
+    to = next_stage(stage)
     if to is None:
         return None
-    move = f"{ns.stage} → {to}"
+    move = f"{stage} → {to}"
     mismatches = selectors.mismatch_counts(ns)
-    if ns.stage == Stage.LEGACY:
+    if stage == Stage.LEGACY:
         workers = selectors.fresh_v1_workers(ns, now)
         figures = {"v1_workers": workers}
         holds, why = (
@@ -119,7 +115,7 @@ def _evaluate(ns: Namespace, *, now: Any) -> Gate | None:
             if workers
             else "no claim.v1 worker has registered for this namespace with a recent heartbeat",
         )
-    elif ns.stage == Stage.SHADOW:
+    elif stage == Stage.SHADOW:
         compared = selectors.compared_count(ns, now)
         figures = {
             "compared": compared,
@@ -138,7 +134,7 @@ def _evaluate(ns: Namespace, *, now: Any) -> Gate | None:
             not reasons,
             "; ".join(reasons) or "enough agreeing comparisons, every mismatch explained",
         )
-    elif ns.stage == Stage.V1_READS:
+    elif stage == Stage.V1_READS:
         cov = selectors.coverage(ns, now)
         requests = sum(p["total"] for p in cov["points"].values())
         uncovered = [
@@ -199,7 +195,7 @@ def _import_legacy_claims(ns: Namespace, principal: Principal) -> dict[str, Any]
             min(settings.LEASE_MAX_SECONDS, int((row.expires_at - now).total_seconds())),
         )
         try:
-            with services.unvalidated():
+            with services.acting_via("legacy"):
                 services.task_claim(
                     principal=owner,
                     task_id=row.task_id,
@@ -214,10 +210,6 @@ def _import_legacy_claims(ns: Namespace, principal: Principal) -> dict[str, Any]
     with transaction.atomic(durable=True):
         audit(principal=principal, action="legacy_import", at=clock.now(), namespace=ns.name, detail=result)
     return result
-
-
-class RollbackInProgress(Conflict):
-    outcome = "ROLLBACK_IN_PROGRESS"
 
 
 def _open_rollback(namespace: str) -> Rollback | None:
@@ -244,41 +236,37 @@ def advance(
     if override and principal.role != Role.ONCALL:
         raise Forbidden("only oncall may override a gate")
     with transaction.atomic(durable=True):
-        hold = services.namespace_lock(name=namespace)
+        locked = state.lock(name=namespace)
+        hold, stage = locked.hold, locked.stage
         if (running := _open_rollback(hold.name)) is not None:
             raise RollbackInProgress(
                 f"a rollback to {running.to_stage} is under way ({running.step}): advance once it has ended",
                 current={
-                    "stage": hold.stage,
+                    "stage": stage,
                     "rollback": {"to_stage": running.to_stage, "step": running.step},
                 },
             )
-        expected = next_stage(hold.stage)
+        expected = next_stage(stage)
         if to_stage != expected:
             raise InvalidTransition(
-                f"from {hold.stage} the next stage is {expected}, not {to_stage}",
-                current={"stage": hold.stage, "next_stage": expected},
+                f"from {stage} the next stage is {expected}, not {to_stage}",
+                current={"stage": stage, "next_stage": expected},
             )
         if to_stage == Stage.SHADOW and hold.claims_paused:
             raise ClaimsPaused(
                 "claims are paused: entering SHADOW imports the live legacy claims as claim.v1 attempts, which a "
                 "paused namespace cannot grant. Resume claims first.",
-                current={"stage": hold.stage, "claims_paused": True, "scheduler_epoch": hold.scheduler_epoch},
+                current={"stage": stage, "claims_paused": True, "scheduler_epoch": hold.scheduler_epoch},
             )
         ns = Namespace.objects.get(pk=hold.id)
-        gate = _evaluate(ns, now=hold.now)
+        gate = _evaluate(ns, stage, now=hold.now)
+        assert gate is not None  # a next stage exists (checked above)
         interleave.reach("rollout_advance.gated")
         if gate.holds or override:
-            services.namespace_set_stage(
-                principal=principal,
-                namespace=namespace,
-                stage=to_stage,
-                expected_stage=hold.stage,
-                reason=reason,
-            )
+            state.set_stage(locked, principal=principal, stage=to_stage, reason=reason)
             StageChange.objects.create(
                 namespace=namespace,
-                from_stage=hold.stage,
+                from_stage=stage,
                 to_stage=to_stage,
                 principal=principal.name,
                 reason=reason,
@@ -288,7 +276,7 @@ def advance(
             )
     if not gate.holds and not override:
         raise GateNotMet(gate.why, current={"gate": gate.move, "figures": gate.figures})
-    if hold.stage == Stage.LEGACY and to_stage == Stage.SHADOW:
+    if stage == Stage.LEGACY and to_stage == Stage.SHADOW:
         _import_legacy_claims(_namespace(namespace), principal)
     return to_stage, gate
 
@@ -327,19 +315,20 @@ def rollback(
     if principal.role != Role.ONCALL:
         raise Forbidden("rollback is oncall's")
     with transaction.atomic(durable=True):
-        hold = services.namespace_lock(name=namespace)
+        locked = state.lock(name=namespace)
+        hold = locked.hold
         running = (
             Rollback.objects.select_for_update().filter(namespace=hold.name, finished_at__isnull=True).first()
         )
         if running is None:
-            if to_stage not in ORDER or ORDER.index(to_stage) >= ORDER.index(hold.stage):
+            if to_stage not in ORDER or ORDER.index(to_stage) >= ORDER.index(locked.stage):
                 raise InvalidTransition(
-                    f"roll back from {hold.stage} to an earlier stage, not {to_stage}",
-                    current={"stage": hold.stage},
+                    f"roll back from {locked.stage} to an earlier stage, not {to_stage}",
+                    current={"stage": locked.stage},
                 )
             running = Rollback.objects.create(
                 namespace=hold.name,
-                from_stage=hold.stage,
+                from_stage=locked.stage,
                 to_stage=to_stage,
                 step="FENCING",
                 reason=reason,
@@ -391,18 +380,18 @@ def advance_rollback(
         return running
     forced = force and not snapshot.clean
     with transaction.atomic(durable=True):
-        hold = services.namespace_lock(name=running.namespace)
+        at = state.lock(name=running.namespace)
+        hold = at.hold
         locked = Rollback.objects.select_for_update().get(pk=rollback_id)
         if locked.finished_at is not None:
             return locked
         # An advance is refused while the rollback is open, so the stage is still the one it started from — or,
         # for a rollback begun before the finish was one transaction, already moved back.
-        if hold.stage != locked.to_stage:
-            services.namespace_set_stage(
+        if at.stage != locked.to_stage:
+            state.set_stage(
+                at,
                 principal=principal,
-                namespace=locked.namespace,
                 stage=locked.to_stage,
-                expected_stage=hold.stage,
                 reason=f"rollback{' (forced: ' + reason + ')' if forced else ''}",
             )
         services.namespace_release_hold(namespace=locked.namespace, hold=_hold_of(locked))

@@ -7,23 +7,23 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from claims.apis import _errors, _valid
+from claims.apis import error_responses, parsed
 from claims.permissions import IsWorker
 
 from . import serializers as s
-from .services import LegacyRefused, legacy_operation
+from .services.errors import LegacyRefused
+from .services.legacy_api import legacy_operation
 
 
 def _answer(answer, ok_body: dict) -> Response:
     verdict = answer.verdict
     if not verdict.accepted:
+        held = {"owner_id": verdict.owner_id, "expires_at": verdict.expires_at}
         raise LegacyRefused(
             verdict.word,
             "another owner holds the claim" if verdict.word == "HELD" else "the claim names another owner",
-            {
-                "owner_id": verdict.owner_id,
-                "expires_at": verdict.expires_at.isoformat() if verdict.expires_at else None,
-            },
+            current=held,
+            extra=held,
         )
     return Response(ok_body)
 
@@ -35,12 +35,12 @@ class LegacyClaimApi(APIView):
         operation_id="legacy_claim",
         request=s.LegacyClaimIn,
         tags=["legacy"],
-        responses={200: None, **_errors(400, 401, 403, 404, 409)},
+        responses={200: None, **error_responses(400, 401, 403, 404, 409)},
         description="Legacy claim: 200 {owner_id, expires_at}; 409 {outcome: HELD, owner_id, expires_at} "
         "while another owner's claim is unexpired; 409 PROTOCOL_TOO_OLD from V1_WRITES on.",
     )
     def post(self, request: Request, task_id: str) -> Response:
-        data = _valid(s.LegacyClaimIn, request)
+        data = parsed(s.LegacyClaimIn, request)
         answer = legacy_operation("claim", principal=request.user, task_id=task_id, **data)
         return _answer(
             answer, {"owner_id": answer.verdict.owner_id, "expires_at": answer.verdict.expires_at.isoformat()}
@@ -54,10 +54,10 @@ class LegacyHeartbeatApi(APIView):
         operation_id="legacy_heartbeat",
         request=s.LegacyClaimIn,
         tags=["legacy"],
-        responses={200: None, **_errors(400, 401, 403, 404, 409)},
+        responses={200: None, **error_responses(400, 401, 403, 404, 409)},
     )
     def post(self, request: Request, task_id: str) -> Response:
-        data = _valid(s.LegacyClaimIn, request)
+        data = parsed(s.LegacyClaimIn, request)
         answer = legacy_operation("heartbeat", principal=request.user, task_id=task_id, **data)
         return _answer(
             answer,
@@ -72,10 +72,10 @@ class LegacyReleaseApi(APIView):
         operation_id="legacy_release",
         request=s.LegacyReleaseIn,
         tags=["legacy"],
-        responses={200: None, **_errors(400, 401, 403, 404, 409)},
+        responses={200: None, **error_responses(400, 401, 403, 404, 409)},
     )
     def post(self, request: Request, task_id: str) -> Response:
-        data = _valid(s.LegacyReleaseIn, request)
+        data = parsed(s.LegacyReleaseIn, request)
         answer = legacy_operation("release", principal=request.user, task_id=task_id, **data)
         return _answer(answer, {"outcome": "RELEASED"})
 
@@ -87,10 +87,10 @@ class LegacyCompleteApi(APIView):
         operation_id="legacy_complete",
         request=s.LegacyCompleteIn,
         tags=["legacy"],
-        responses={200: None, **_errors(400, 401, 403, 404, 409)},
+        responses={200: None, **error_responses(400, 401, 403, 404, 409)},
         description="Unconditional: last write wins (that is the legacy protocol).",
     )
     def post(self, request: Request, task_id: str) -> Response:
-        data = _valid(s.LegacyCompleteIn, request)
+        data = parsed(s.LegacyCompleteIn, request)
         answer = legacy_operation("complete", principal=request.user, task_id=task_id, **data)
         return _answer(answer, {"outcome": "COMPLETED"})

@@ -6,10 +6,10 @@ from typing import Any
 
 from claims.models import Namespace, Task, TaskState
 
-from . import selectors
-from .legacy import LegacyVerdict, legacy_store
-from .models import Mismatch, MismatchReason
-from .services import V1Verdict, compare
+from .. import selectors
+from ..legacy import LegacyVerdict, legacy_store
+from ..models import Mismatch, MismatchReason
+from .shadow import V1Verdict, compare
 
 
 def coverage_figures(namespace: str) -> dict[str, Any]:

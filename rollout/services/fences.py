@@ -22,9 +22,9 @@ from claims import clock, selectors, services
 from claims.errors import Fenced, Forbidden, NotFound
 from claims.locks import singleton
 from claims.models import Namespace, Principal, Role, Task, TaskState
-from claims.services._base import audit
+from claims.services import audit
 
-from .models import FenceRequest
+from ..models import FenceRequest
 
 
 def fence_request(*, principal: Principal, namespace: str, reason: str) -> FenceRequest:

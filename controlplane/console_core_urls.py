@@ -1,0 +1,22 @@
+"""The console's pages that belong to the claim.v1 core: tasks and effects. The whole console
+(controlplane/console_urls.py) adds the rollout's pages to these."""
+
+from __future__ import annotations
+
+from django.urls import path
+from django.views.generic import RedirectView
+
+from claims import views as claim_views
+from claims.urls import EffectIdConverter, NameConverter, TaskIdConverter  # noqa: F401  (registers converters)
+
+app_name = "console"
+
+core_pages = [
+    path("tasks/", claim_views.tasks, name="tasks"),
+    path("tasks/<task_id:task_id>", claim_views.task_detail, name="task"),
+    path("effects/", claim_views.effects, name="effects"),
+    path("effects/<effect_id:effect_id>/reconcile", claim_views.effect_reconcile, name="effect-reconcile"),
+    path("effects/<effect_id:effect_id>/approve", claim_views.effect_approve, name="effect-approve"),
+]
+
+urlpatterns = [path("", RedirectView.as_view(pattern_name="console:tasks"), name="overview"), *core_pages]

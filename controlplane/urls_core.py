@@ -1,0 +1,28 @@
+"""The claim.v1 core alone (settings profile ``controlplane.settings.core``): the contract's endpoints, the task
+and effect pages of the console, /metrics. No rollout app, no legacy API."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from claims.metrics import metrics_view
+
+from . import handlers
+
+handler400 = handlers.bad_request
+handler404 = handlers.not_found
+handler500 = handlers.server_error
+
+urlpatterns = [
+    path("", include("controlplane.console_core_urls")),
+    path("login", auth_views.LoginView.as_view(), name="login"),
+    path("logout", auth_views.LogoutView.as_view(), name="logout"),
+    path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/v1/", include("claims.urls")),
+    path("admin/", admin.site.urls),
+    path("metrics", metrics_view, name="metrics"),
+]

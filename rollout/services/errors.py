@@ -1,0 +1,34 @@
+"""The rollout's refusals: typed, shaped once by ``claims.errors.exception_handler`` like the core's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from claims.errors import Conflict
+
+
+class ProtocolTooOld(Conflict):
+    outcome = "PROTOCOL_TOO_OLD"
+
+
+class StageNotOpen(Conflict):
+    outcome = "STAGE_NOT_OPEN"
+
+
+class GateNotMet(Conflict):
+    outcome = "GATE_NOT_MET"
+
+
+class RollbackInProgress(Conflict):
+    outcome = "ROLLBACK_IN_PROGRESS"
+
+
+class LegacyRefused(Conflict):
+    """Where legacy decides, its own refusal word (HELD, NOT_OWNER) is the answer's outcome and reason; ``extra``
+    carries the routed answer's other fields (claim.v1's shadow verdict, ``decided_by``)."""
+
+    def __init__(
+        self, word: str, detail: str, *, current: dict[str, Any], extra: dict[str, Any] | None = None
+    ):
+        super().__init__(detail, reason=word, current=current, extra=extra)
+        self.outcome = word

@@ -1,0 +1,180 @@
+"""The legacy protocol's API (claim, heartbeat, release, complete), served as the namespace's stage says.
+
+LEGACY: the legacy store alone. SHADOW/V1_READS: legacy decides; the operation is mirrored into claim.v1 as the
+attempt claim.v1 last granted to that owner on that task — passed on ``acting_via("legacy")``, so the core's
+timeline says where it came from and coverage counts it as not validated (it carries no epoch or generation of
+its own) — and the two verdicts are compared. V1_WRITES/V1_ONLY: refused, old binaries may not return.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from claims import clock
+from claims import services as core
+from claims.errors import ClaimsPaused, Forbidden
+from claims.models import Attempt, Principal
+
+from ..legacy import LegacyVerdict, legacy_store
+from ..models import Mismatch
+from . import routing
+from .errors import ProtocolTooOld
+from .shadow import V1Verdict, compare, judged, record_legacy
+from .workers import refuse_if_too_old
+
+LEGACY = "legacy"
+
+
+@dataclass(frozen=True)
+class LegacyAnswer:
+    verdict: LegacyVerdict
+    mismatch: Mismatch | None = None
+
+
+def _last_attempt(task_id: str, owner_id: str) -> Attempt | None:
+    return Attempt.objects.filter(task_id=task_id, owner_id=owner_id).order_by("-claim_generation").first()
+
+
+def _mirror(
+    operation: str,
+    *,
+    principal: Principal,
+    task_id: str,
+    scheduler_epoch: int,
+    ttl_seconds: int,
+    result: Any,
+    result_digest: str,
+) -> V1Verdict:
+    """The legacy operation judged by claim.v1, with the values of the attempt it last granted this owner."""
+    with core.acting_via(LEGACY):
+        if operation == "claim":
+            return judged(
+                lambda: core.task_claim(
+                    principal=principal,
+                    task_id=task_id,
+                    owner_id=principal.owner_id,
+                    scheduler_epoch=scheduler_epoch,
+                    ttl_seconds=ttl_seconds,
+                ),
+                accepted_word="CLAIMED",
+            )
+        attempt = _last_attempt(task_id, principal.owner_id)
+        if attempt is None:
+            return V1Verdict(False, "FENCED", "ATTEMPT")
+        common = {
+            "principal": principal,
+            "task_id": task_id,
+            "attempt_id": attempt.attempt_id,
+            "claim_generation": attempt.claim_generation,
+        }
+        if operation == "heartbeat":
+            return judged(
+                lambda: core.task_renew(
+                    **common,
+                    owner_id=principal.owner_id,
+                    scheduler_epoch=attempt.scheduler_epoch,
+                    cancel_generation=attempt.cancel_generation,
+                    extend_seconds=ttl_seconds,
+                ),
+                accepted_word="RENEWED",
+            )
+        if operation == "release":
+            return judged(
+                lambda: core.task_release(
+                    **common, owner_id=principal.owner_id, scheduler_epoch=attempt.scheduler_epoch
+                ),
+                accepted_word="RELEASED",
+            )
+        # complete → stage + commit of that attempt, with the values current when it was granted
+        judged(
+            lambda: core.result_stage(**common, result=result, result_digest=result_digest),
+            accepted_word="STAGED",
+        )
+        return judged(
+            lambda: core.task_commit(
+                **common,
+                scheduler_epoch=attempt.scheduler_epoch,
+                observed_cancel_generation=attempt.cancel_generation,
+                input_digest=attempt.input_digest,
+                result_digest=result_digest,
+            ),
+            accepted_word="COMMITTED",
+        )
+
+
+def legacy_operation(
+    operation: str,
+    *,
+    principal: Principal,
+    task_id: str,
+    owner_id: str,
+    ttl_seconds: int = 30,
+    result: Any = None,
+    result_digest: str = "",
+) -> LegacyAnswer:
+    """Serve one legacy-API request. The answer is legacy's verdict (and the mismatch, if the stores disagreed)."""
+    target = routing.namespace_of(task_id)  # 404 before the owner's 403 (claim-v1.md §2)
+    if owner_id != principal.owner_id:
+        raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
+    ns = target.namespace
+    refuse_if_too_old(principal=principal, namespace=ns.name, stage=target.stage)
+    if target.stage in routing.V1_DECIDES:
+        raise ProtocolTooOld(
+            f"namespace {ns.name} is at {target.stage}: the legacy protocol is closed",
+            current={"stage": target.stage},
+        )
+    store = legacy_store()
+    with transaction.atomic(durable=True):
+        now = clock.now()
+        if operation == "claim":
+            if ns.claims_paused:  # a paused namespace grants no claim, legacy API included
+                raise ClaimsPaused(
+                    f"claims are paused in namespace {ns.name}",
+                    current={"scheduler_epoch": ns.scheduler_epoch, "claims_paused": True},
+                )
+            verdict = store.claim(
+                task_id=task_id,
+                namespace=ns.name,
+                owner_id=owner_id,
+                ttl_seconds=ttl_seconds,
+                now=now,
+                pool=principal.pool,
+            )
+        elif operation == "heartbeat":
+            verdict = store.heartbeat(task_id=task_id, owner_id=owner_id, ttl_seconds=ttl_seconds, now=now)
+        elif operation == "release":
+            verdict = store.release(task_id=task_id, owner_id=owner_id, now=now)
+        else:
+            verdict = store.complete(
+                task_id=task_id,
+                namespace=ns.name,
+                owner_id=owner_id,
+                result=result,
+                result_digest=result_digest,
+                now=now,
+            )
+        record_legacy(ns.name, task_id, operation, LEGACY, owner_id, verdict, now)
+    if target.stage not in routing.LEGACY_DECIDES:
+        return LegacyAnswer(verdict)
+    v1 = _mirror(
+        operation,
+        principal=principal,
+        task_id=task_id,
+        scheduler_epoch=ns.scheduler_epoch,
+        ttl_seconds=ttl_seconds,
+        result=result,
+        result_digest=result_digest,
+    )
+    mismatch = compare(
+        namespace=ns.name,
+        task_id=task_id,
+        operation=operation,
+        api=LEGACY,
+        owner_id=owner_id,
+        legacy=verdict,
+        v1=v1,
+    )
+    return LegacyAnswer(verdict, mismatch)

@@ -1,0 +1,358 @@
+"""Routing: for a claim.v1 worker operation and the namespace's stage, who decides and what is mirrored.
+
+One service, called by the routed worker views (the only routes for their paths) with the operation's
+validated input. It answers with a domain outcome (``Routed``) or raises a typed error:
+
+| stage            | decides   | mirrored                                                                   |
+|------------------|-----------|----------------------------------------------------------------------------|
+| LEGACY           | nobody    | 409 STAGE_NOT_OPEN: the claim.v1 API is not open yet                       |
+| SHADOW, V1_READS | legacy    | claim.v1 judges in shadow; verdicts compared (``shadow.compare``)          |
+| V1_WRITES        | claim.v1  | its decision written through to the legacy store, for rollback            |
+| V1_ONLY          | claim.v1  | nothing                                                                    |
+
+In every stage, first: the owner and the attempt named must be the caller's (403), a worker whose protocol was
+refused is refused (PROTOCOL_TOO_OLD), and the epoch rule holds before legacy is asked — an old carried epoch, an
+attempt granted before a fence, or a claim while claims are paused goes to the core, which refuses it and counts
+the rejection. An attempt that does not exist, or a commit with nothing staged, goes to the core too: legacy,
+whose complete is unconditional, is never asked on its behalf.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from claims import clock
+from claims import services as core
+from claims.errors import Forbidden, Invalid, NotFound
+from claims.models import Attempt, Namespace, Principal, StagedResult, Task
+
+from ..legacy import LegacyStore, LegacyVerdict, legacy_store
+from ..models import Stage
+from ..selectors import rollout_state as state_of
+from .errors import LegacyRefused, StageNotOpen
+from .shadow import V1Verdict, compare, judged, record_legacy
+from .workers import refuse_if_too_old
+
+LEGACY_DECIDES = (Stage.SHADOW, Stage.V1_READS)
+V1_DECIDES = (Stage.V1_WRITES, Stage.V1_ONLY)
+CLAIM_V1 = "claim.v1"
+SUCCESS = {"claim": "CLAIMED", "renew": "RENEWED", "release": "RELEASED", "commit": "COMMITTED"}
+
+
+@dataclass(frozen=True)
+class Target:
+    namespace: Namespace
+    stage: str
+    min_protocol: str
+
+
+@dataclass(frozen=True)
+class Routed:
+    """Who decided, and the answer. ``value`` is the core's own (ClaimGrant, Task, Committed; None: claim-next
+    found nothing) where claim.v1 decided; where legacy decided, ``fields`` is the answer: claim.v1's view of
+    the task, ``decided_by: "legacy"`` and ``shadow: {verdict, reason, mismatch_id}``."""
+
+    decided_by: str
+    value: Any = None
+    fields: dict[str, Any] | None = None
+
+
+def namespace_of(task_id: str) -> Target:
+    task = Task.objects.select_related("namespace__rollout").filter(pk=task_id).first()
+    if task is None:
+        raise NotFound("no such task")
+    return Target(task.namespace, *state_of(task.namespace))
+
+
+def _epoch_rule_first(ns: Namespace, *, scheduler_epoch: int, attempt_id: Any) -> bool:
+    if scheduler_epoch != ns.scheduler_epoch:
+        return True
+    if attempt_id is None:
+        return ns.claims_paused
+    granted = Attempt.objects.filter(pk=attempt_id).values_list("scheduler_epoch", flat=True).first()
+    return granted is not None and granted != ns.scheduler_epoch
+
+
+def _core(operation: str, *, principal: Principal, task_id: str, data: dict[str, Any]) -> Any:
+    """The core's own service for the operation."""
+    if operation == "claim":
+        return core.task_claim(principal=principal, task_id=task_id, **data)
+    if operation == "renew":
+        return core.task_renew(principal=principal, task_id=task_id, **data)
+    if operation == "release":
+        return core.task_release(principal=principal, task_id=task_id, **data)
+    return core.task_commit(principal=principal, task_id=task_id, **data)
+
+
+def _legacy(
+    operation: str,
+    store: LegacyStore,
+    *,
+    principal: Principal,
+    task_id: str,
+    namespace: str,
+    data: dict[str, Any],
+    staged: StagedResult | None,
+    now: Any,
+) -> LegacyVerdict:
+    """The same operation as legacy decides it. A claim.v1 commit is a legacy `complete` by the attempt's owner
+    with that attempt's staged result."""
+    if operation == "claim":
+        return store.claim(
+            task_id=task_id,
+            namespace=namespace,
+            owner_id=data["owner_id"],
+            ttl_seconds=data["ttl_seconds"],
+            now=now,
+            pool=principal.pool,
+            via=CLAIM_V1,
+        )
+    if operation == "renew":
+        return store.heartbeat(
+            task_id=task_id, owner_id=data["owner_id"], ttl_seconds=data["extend_seconds"], now=now
+        )
+    if operation == "release":
+        return store.release(task_id=task_id, owner_id=data["owner_id"], now=now)
+    return store.complete(
+        task_id=task_id,
+        namespace=namespace,
+        owner_id=principal.owner_id,
+        result=staged.result if staged else None,
+        result_digest=data["result_digest"],
+        now=now,
+        via=CLAIM_V1,
+    )
+
+
+def _write_through(
+    operation: str,
+    store: LegacyStore,
+    value: Any,
+    *,
+    principal: Principal,
+    task_id: str,
+    namespace: str,
+    data: dict[str, Any],
+    staged: StagedResult | None,
+    now: Any,
+) -> None:
+    """V1_WRITES: claim.v1's decision, recorded in the legacy store so a rollback finds it there."""
+    if operation == "commit":
+        _legacy(
+            operation,
+            store,
+            principal=principal,
+            task_id=task_id,
+            namespace=namespace,
+            data=data,
+            staged=staged,
+            now=now,
+        )
+        return
+    task = value.task if operation == "claim" else value
+    store.record_claim(
+        task_id=task_id,
+        namespace=namespace,
+        owner_id=task.owner_id or "",
+        expires_at=task.lease_expires_at,
+        now=now,
+        pool=principal.pool if operation != "release" else "",
+    )
+
+
+def _shadow(task_id: str, v1: V1Verdict, mismatch: Any) -> dict[str, Any]:
+    """claim.v1's view of the task after judging in shadow (claim fields null where it refused)."""
+    task = Task.objects.get(pk=task_id)
+    granted = v1.accepted and v1.word == "CLAIMED"
+    return {
+        "task_id": task.task_id,
+        "input": task.input,
+        "input_digest": task.input_digest,
+        "state_version": task.state_version,
+        "attempt_id": v1.attempt_id if granted else None,
+        "scheduler_epoch": task.scheduler_epoch if granted else None,
+        "claim_generation": task.claim_generation if granted else None,
+        "cancel_generation": task.cancel_generation,
+        "lease_expires_at": task.lease_expires_at if granted else None,
+        "fences": getattr(v1.value, "fences", {}) if granted else {},
+        "decided_by": "legacy",
+        "shadow": {
+            "verdict": v1.word,
+            "reason": v1.reason or v1.word,
+            "mismatch_id": mismatch.id if mismatch else None,
+        },
+    }
+
+
+def _refused(verdict: LegacyVerdict, fields: dict[str, Any]) -> LegacyRefused:
+    return LegacyRefused(
+        verdict.word,
+        f"legacy refused: {verdict.word}",
+        current={"owner_id": verdict.owner_id, "expires_at": verdict.expires_at},
+        extra=fields,
+    )
+
+
+def route(operation: str, *, principal: Principal, task_id: str, data: dict[str, Any]) -> Routed:
+    """Serve one claim.v1 worker operation (claim, renew, release, commit) as the namespace's stage says."""
+    target = namespace_of(task_id)  # 404 before the owner's 403 (claim-v1.md §2)
+    ns, stage = target.namespace, target.stage
+    owner_id = data.get("owner_id", principal.owner_id)
+    if owner_id != principal.owner_id:
+        raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
+    attempt_id = data.get("attempt_id")
+    core_decides = False
+    if attempt_id is not None:
+        owner = (
+            Attempt.objects.filter(pk=attempt_id, task_id=task_id).values_list("owner_id", flat=True).first()
+        )
+        if owner is not None and owner != principal.owner_id:
+            raise Forbidden(f"attempt {attempt_id} is not {principal.owner_id!r}'s")
+        core_decides = owner is None
+    refuse_if_too_old(principal=principal, namespace=ns.name, stage=stage)
+    core_decides = (
+        core_decides
+        or stage == Stage.V1_ONLY
+        or _epoch_rule_first(ns, scheduler_epoch=data["scheduler_epoch"], attempt_id=attempt_id)
+    )
+    if not core_decides and stage == Stage.LEGACY:
+        raise StageNotOpen(
+            f"namespace {ns.name} is at LEGACY: the claim.v1 API is not open yet", current={"stage": stage}
+        )
+    staged = None
+    if operation == "commit" and not core_decides:
+        staged = StagedResult.objects.filter(
+            task_id=task_id, attempt_id=attempt_id, result_digest=data["result_digest"]
+        ).first()
+        # Legacy would decide on nothing: the core answers, and it can only refuse.
+        core_decides = staged is None and stage in LEGACY_DECIDES
+    if core_decides:
+        return Routed(CLAIM_V1, _core(operation, principal=principal, task_id=task_id, data=data))
+    context = {
+        "principal": principal,
+        "task_id": task_id,
+        "namespace": ns.name,
+        "data": data,
+        "staged": staged,
+    }
+    store = legacy_store()
+    if stage == Stage.V1_WRITES:
+        value = _core(operation, principal=principal, task_id=task_id, data=data)
+        with transaction.atomic(durable=True):
+            _write_through(operation, store, value, now=clock.now(), **context)
+        return Routed(CLAIM_V1, value)
+    with transaction.atomic(durable=True):
+        now = clock.now()
+        verdict = _legacy(operation, store, now=now, **context)
+        record_legacy(ns.name, task_id, operation, CLAIM_V1, owner_id, verdict, now)
+    v1 = judged(
+        lambda: _core(operation, principal=principal, task_id=task_id, data=data),
+        accepted_word=SUCCESS[operation],
+    )
+    mismatch = compare(
+        namespace=ns.name,
+        task_id=task_id,
+        operation=operation,
+        api=CLAIM_V1,
+        owner_id=owner_id,
+        legacy=verdict,
+        v1=v1,
+    )
+    fields = _shadow(task_id, v1, mismatch)
+    if not verdict.accepted:
+        raise _refused(verdict, fields)
+    if operation == "commit" and v1.accepted:
+        fields.update(result_commit_id=v1.value.result_commit_id, unblocked=v1.value.unblocked)
+    if operation == "renew":
+        fields["lease_expires_at"] = verdict.expires_at
+    return Routed("legacy", v1.value, {"outcome": SUCCESS[operation], **fields})
+
+
+def _grant_fields(grant: core.ClaimGrant) -> dict[str, Any]:
+    task = grant.task
+    return {
+        "outcome": "CLAIMED",
+        "task_id": task.task_id,
+        "attempt_id": grant.attempt_id,
+        "scheduler_epoch": grant.scheduler_epoch,
+        "claim_generation": task.claim_generation,
+        "cancel_generation": task.cancel_generation,
+        "lease_expires_at": task.lease_expires_at,
+        "input_digest": task.input_digest,
+        "state_version": task.state_version,
+        "input": task.input,
+        "fences": grant.fences,
+    }
+
+
+def route_claim_next(*, principal: Principal, data: dict[str, Any]) -> Routed:
+    """Claim-next by stage: claim.v1 picks (its SKIP LOCKED frontier) in every open stage; where legacy decides
+    it then decides the grant, and in V1_WRITES claim.v1's grant is written through."""
+    name = data.get("namespace", "default")
+    ns = Namespace.objects.select_related("rollout").filter(name=name).first()
+    if ns is None:
+        raise Invalid({"namespace": [f"unknown namespace {name!r}"]})
+    stage, _ = state_of(ns)
+    refuse_if_too_old(principal=principal, namespace=ns.name, stage=stage)
+    if stage == Stage.LEGACY:
+        raise StageNotOpen(
+            f"namespace {ns.name} is at LEGACY: the claim.v1 API is not open yet", current={"stage": stage}
+        )
+    grant = core.task_claim_next(principal=principal, **data)
+    if (
+        grant is None
+        or stage == Stage.V1_ONLY
+        or data["scheduler_epoch"] != ns.scheduler_epoch
+        or ns.claims_paused
+    ):
+        return Routed(CLAIM_V1, grant)
+    task = grant.task
+    store = legacy_store()
+    with transaction.atomic(durable=True):
+        now = clock.now()
+        if stage == Stage.V1_WRITES:
+            store.record_claim(
+                task_id=task.task_id,
+                namespace=ns.name,
+                owner_id=task.owner_id or "",
+                expires_at=task.lease_expires_at,
+                now=now,
+                pool=principal.pool,
+            )
+            return Routed(CLAIM_V1, grant)
+        verdict = store.claim(
+            task_id=task.task_id,
+            namespace=ns.name,
+            owner_id=principal.owner_id,
+            ttl_seconds=data["ttl_seconds"],
+            now=now,
+            pool=principal.pool,
+            via=CLAIM_V1,
+        )
+        record_legacy(ns.name, task.task_id, "claim", CLAIM_V1, principal.owner_id, verdict, now)
+    v1 = V1Verdict(True, "CLAIMED", attempt_id=str(grant.attempt_id), claim_generation=task.claim_generation)
+    mismatch = compare(
+        namespace=ns.name,
+        task_id=task.task_id,
+        operation="claim",
+        api=CLAIM_V1,
+        owner_id=principal.owner_id,
+        legacy=verdict,
+        v1=v1,
+    )
+    fields = {
+        **_grant_fields(grant),
+        "decided_by": "legacy",
+        "shadow": {
+            "verdict": "CLAIMED",
+            "reason": "CLAIMED",
+            "mismatch_id": mismatch.id if mismatch else None,
+        },
+    }
+    if not verdict.accepted:
+        fields.pop("outcome")
+        raise _refused(verdict, fields)
+    return Routed("legacy", grant, fields)

@@ -1,0 +1,161 @@
+"""Shadow comparison: claim.v1's verdict on an operation legacy decided, set against legacy's, recorded.
+
+Where legacy decides (SHADOW, V1_READS) every operation is judged by both stores. A disagreement becomes a
+``Mismatch``, reason the first matching row of rollout.md's table; every comparison counts toward the
+SHADOW → V1_READS gate (``ComparedOperation``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from claims import clock
+from claims.errors import ClaimError, Conflict
+from claims.models import Task, TaskState
+
+from ..legacy import LegacyVerdict, legacy_store
+from ..models import ComparedOperation, ExplainRule, LegacyEvent, Mismatch, MismatchReason, MismatchStatus
+
+_STALE_WORDS = {"FENCED", "CANCELLED", "STALE_INPUT"}
+
+
+@dataclass
+class V1Verdict:
+    """claim.v1's judgement of one operation: accepted with the core's value, or refused with its word."""
+
+    accepted: bool
+    word: str
+    reason: str = ""
+    attempt_id: str | None = None
+    claim_generation: int | None = None
+    value: Any = None
+    body: dict[str, Any] = field(default_factory=dict)
+
+    def as_record(self) -> dict[str, Any]:
+        return {
+            "verdict": self.word,
+            "reason": self.reason,
+            "attempt_id": self.attempt_id,
+            "claim_generation": self.claim_generation,
+        }
+
+
+def judged(operation: Any, *, accepted_word: str) -> V1Verdict:
+    """Run one claim.v1 service call and turn its answer into a verdict: a refusal is a verdict, not an error."""
+    try:
+        value = operation()
+    except Conflict as exc:
+        return V1Verdict(False, exc.outcome, exc.reason, body=exc.body())
+    except ClaimError as exc:
+        return V1Verdict(False, exc.outcome, exc.reason)
+    attempt_id = getattr(value, "attempt_id", None)
+    generation = getattr(getattr(value, "task", value), "claim_generation", None)
+    return V1Verdict(
+        True,
+        accepted_word,
+        attempt_id=str(attempt_id) if attempt_id else None,
+        claim_generation=generation,
+        value=value,
+    )
+
+
+def record_legacy(
+    namespace: str,
+    task_id: str,
+    operation: str,
+    api: str,
+    owner_id: str,
+    verdict: LegacyVerdict,
+    now: datetime,
+) -> None:
+    """Append legacy's decision to the task's legacy history, in the decision's transaction."""
+    LegacyEvent.objects.create(
+        namespace=namespace,
+        task_id=task_id,
+        operation=operation,
+        api=api,
+        owner_id=owner_id,
+        verdict=verdict.word,
+        accepted=verdict.accepted,
+        at=now,
+    )
+
+
+def _v1_live_other_owner(task_id: str, owner_id: str) -> bool:
+    task = Task.objects.select_related("namespace").filter(pk=task_id).first()
+    return bool(
+        task
+        and task.state == TaskState.CLAIMED
+        and task.owner_id != owner_id
+        and task.lease_expires_at is not None
+        and task.lease_expires_at > clock.now()
+        and task.scheduler_epoch == task.namespace.scheduler_epoch
+    )
+
+
+def mismatch_reason(
+    operation: str, legacy: LegacyVerdict, v1: V1Verdict, *, task_id: str, owner_id: str
+) -> str | None:
+    """The first row of rollout.md's table that matches, or None when the stores agree."""
+    if operation == "claim":
+        if legacy.accepted and not v1.accepted and _v1_live_other_owner(task_id, owner_id):
+            return MismatchReason.DOUBLE_GRANT
+        if not legacy.accepted and legacy.word == "HELD" and v1.accepted:
+            return MismatchReason.DOUBLE_GRANT
+    if (
+        operation in ("commit", "complete")
+        and legacy.accepted
+        and not v1.accepted
+        and v1.word in _STALE_WORDS
+    ):
+        return MismatchReason.STALE_COMMIT_ACCEPTED
+    if legacy.accepted and not v1.accepted:
+        return MismatchReason.V1_REJECTED_ONLY
+    if not legacy.accepted and v1.accepted:
+        return MismatchReason.LEGACY_REJECTED_ONLY
+    if operation in ("commit", "complete") and legacy.accepted and v1.accepted:
+        row = legacy_store().get(task_id=task_id)
+        canonical = Task.objects.filter(pk=task_id).values_list("result_digest", flat=True).first()
+        if row is not None and canonical and row.result_digest != canonical:
+            return MismatchReason.WINNER_DIFFERS
+    return None
+
+
+def compare(
+    *,
+    namespace: str,
+    task_id: str,
+    operation: str,
+    api: str,
+    owner_id: str,
+    legacy: LegacyVerdict,
+    v1: V1Verdict,
+) -> Mismatch | None:
+    """Record the comparison (it counts toward the SHADOW → V1_READS gate) and, on disagreement, the mismatch —
+    EXPLAINED at once when an explain rule covers its reason."""
+    reason = mismatch_reason(operation, legacy, v1, task_id=task_id, owner_id=owner_id)
+    with transaction.atomic(durable=True):
+        now = clock.now()
+        ComparedOperation.objects.create(
+            namespace=namespace, operation=operation, api=api, agreed=reason is None, at=now
+        )
+        if reason is None:
+            return None
+        rule = ExplainRule.objects.filter(namespace=namespace, reason=reason).order_by("-id").first()
+        return Mismatch.objects.create(
+            namespace=namespace,
+            task_id=task_id,
+            operation=operation,
+            api=api,
+            legacy={"verdict": legacy.word, "owner_id": legacy.owner_id or owner_id},
+            v1=v1.as_record(),
+            reason=reason,
+            status=MismatchStatus.EXPLAINED if rule else MismatchStatus.OPEN,
+            note=rule.note if rule else "",
+            explained_by_rule=rule,
+            at=now,
+        )

@@ -1,0 +1,94 @@
+"""The rollout's own record of each namespace: its stage and protocol minimum (``RolloutState``).
+
+The core knows nothing of stages. A namespace the core created alone (``default``, or one created while the
+rollout app was not installed) has no record and is read as V1_ONLY / legacy: claim.v1 decides, nothing is
+mirrored. Every write here happens under the namespace's row lock (``claims.services.namespace_lock``, FOR NO
+KEY UPDATE, taken first), the lock the core's fence and resume take too, so a stage change, a fence and a
+rollback are ordered by it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from claims import services as core
+from claims.errors import InvalidTransition
+from claims.models import Namespace, Principal
+
+from ..models import Protocol, RolloutState, Stage
+
+
+@dataclass(frozen=True)
+class Locked:
+    """The namespace as held under its row lock, with its stage and protocol minimum read under the same lock."""
+
+    hold: core.NamespaceHold
+    stage: str
+    min_protocol: str
+
+    @property
+    def name(self) -> str:
+        return self.hold.name
+
+
+def lock(*, name: str) -> Locked:
+    """The namespace row FOR NO KEY UPDATE (first), then its rollout record FOR UPDATE; clock after both."""
+    hold = core.namespace_lock(name=name)
+    state = RolloutState.objects.select_for_update().filter(pk=hold.id).first()
+    if state is None:
+        return Locked(hold, Stage.V1_ONLY, Protocol.LEGACY)
+    return Locked(hold, state.stage, state.min_protocol)
+
+
+def namespace_create(*, principal: Principal, name: str, stage: str, min_protocol: str) -> Namespace:
+    """The core's namespace and the rollout's record of it, in one transaction (a namespace being migrated from
+    the legacy table starts at LEGACY)."""
+    with transaction.atomic(durable=True):
+        namespace = core.namespace_create(principal=principal, name=name)
+        RolloutState.objects.create(
+            namespace=namespace, stage=stage, min_protocol=min_protocol, updated_at=namespace.created_at
+        )
+        core.audit(
+            principal=principal,
+            action="rollout_state_create",
+            at=namespace.created_at,
+            namespace=name,
+            detail={"stage": stage, "min_protocol": min_protocol},
+        )
+    return namespace
+
+
+def set_stage(locked: Locked, *, principal: Principal | None, stage: str, reason: str = "") -> None:
+    """Write the stage decided under ``locked`` — a compare-and-set on the stage read there, audited. Inside the
+    caller's transaction (advance and rollback decide under the lock, then write here)."""
+    hold = locked.hold
+    with transaction.atomic(savepoint=False):
+        changed = RolloutState.objects.filter(pk=hold.id, stage=locked.stage).update(
+            stage=stage, updated_at=hold.now
+        )
+        if (
+            not changed
+            and locked.stage == Stage.V1_ONLY
+            and not RolloutState.objects.filter(pk=hold.id).exists()
+        ):
+            RolloutState.objects.create(
+                namespace_id=hold.id, stage=stage, min_protocol=locked.min_protocol, updated_at=hold.now
+            )
+            changed = 1
+        if not changed:
+            raise InvalidTransition(
+                f"the stage moved meanwhile (expected {locked.stage})",
+                reason="STAGE_CHANGED",
+                current={"stage": RolloutState.objects.get(pk=hold.id).stage},
+            )
+        if principal is not None:
+            core.audit(
+                principal=principal,
+                action="namespace_set_stage",
+                at=hold.now,
+                namespace=hold.name,
+                reason=reason,
+                detail={"from": locked.stage, "to": stage},
+            )

@@ -1,0 +1,193 @@
+"""The claim.v1 worker operations and task reads, routed by the namespace's rollout stage. With the rollout app
+installed these are the only routes for their paths (``controlplane/urls.py``); each parses the core's input
+serializer, calls ``services.routing`` once and shapes the answer with the output serializer its schema names.
+Refusals are typed errors, shaped by the one exception handler."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from claims import apis as core_apis
+from claims import selectors as core_selectors
+from claims import serializers as core_s
+from claims.apis import error_responses, paginated, parsed
+from claims.permissions import AnyRole, IsTaskCreator, IsWorker
+
+from . import selectors
+from . import serializers as s
+from .services import routing
+
+_ROUTING = (
+    " Routed by the namespace's rollout stage (docs/rollout.md): LEGACY → 409 STAGE_NOT_OPEN; SHADOW/V1_READS → "
+    "legacy decides, claim.v1 judges in shadow (`decided_by: legacy`, `shadow`); V1_WRITES → claim.v1 decides and "
+    "writes through to the legacy store; V1_ONLY → claim.v1 alone."
+)
+
+
+def _answer(name: str, core_out: type) -> Any:
+    return PolymorphicProxySerializer(
+        component_name=name, serializers=[core_out, s.LegacyDecidedOut], resource_type_field_name=None
+    )
+
+
+def _errors() -> dict[int, Any]:
+    return {
+        **error_responses(400, 401, 403, 404),
+        409: OpenApiResponse(
+            PolymorphicProxySerializer(
+                component_name="RoutedConflict",
+                serializers=[core_s.ConflictOut, s.LegacyRefusedOut],
+                resource_type_field_name=None,
+            ),
+            description="The core's refusal, STAGE_NOT_OPEN / PROTOCOL_TOO_OLD, or legacy's word where it decides.",
+        ),
+    }
+
+
+def _legacy_decided(routed: routing.Routed) -> Response:
+    return Response(s.LegacyDecidedOut(routed.fields).data)
+
+
+class TaskClaimApi(APIView):
+    permission_classes = [IsWorker]
+
+    @extend_schema(
+        operation_id="task_claim",
+        request=core_s.ClaimIn,
+        responses={200: _answer("ClaimAnswer", core_s.ClaimOut), **_errors()},
+        description="Claim from READY, from CLAIMED with an expired lease, or from CLAIMED under an older epoch. "
+        "409 in order: FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH, NOT_CLAIMABLE (STATE | LEASE_LIVE | "
+        "RESOURCE_HELD)." + _ROUTING,
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        data = parsed(core_s.ClaimIn, request)
+        routed = routing.route("claim", principal=request.user, task_id=task_id, data=data)
+        if routed.decided_by == routing.CLAIM_V1:
+            return Response(core_apis.claim_body(routed.value))
+        return _legacy_decided(routed)
+
+
+class TaskRenewApi(APIView):
+    permission_classes = [IsWorker]
+
+    @extend_schema(
+        operation_id="task_renew",
+        request=core_s.RenewIn,
+        responses={200: _answer("RenewAnswer", core_s.RenewOut), **_errors()},
+        description="New expiry = server-now + extend_seconds. 409 in order: CANCELLED, FENCED (EPOCH | "
+        "GENERATION | ATTEMPT | OWNER), EXPIRED." + _ROUTING,
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        data = parsed(core_s.RenewIn, request)
+        routed = routing.route("renew", principal=request.user, task_id=task_id, data=data)
+        if routed.decided_by == routing.CLAIM_V1:
+            return Response(core_apis.renew_body(routed.value))
+        return _legacy_decided(routed)
+
+
+class TaskReleaseApi(APIView):
+    permission_classes = [IsWorker]
+
+    @extend_schema(
+        operation_id="task_release",
+        request=core_s.ReleaseIn,
+        responses={200: _answer("ReleaseAnswer", core_s.OutcomeOut), **_errors()},
+        description="Task back to READY; the attempt ends. 409 FENCED when the attempt is not current."
+        + _ROUTING,
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        data = parsed(core_s.ReleaseIn, request)
+        routed = routing.route("release", principal=request.user, task_id=task_id, data=data)
+        if routed.decided_by == routing.CLAIM_V1:
+            return Response(core_apis.release_body())
+        return _legacy_decided(routed)
+
+
+class TaskCommitApi(APIView):
+    permission_classes = [IsWorker]
+
+    @extend_schema(
+        operation_id="task_commit",
+        request=core_s.CommitIn,
+        responses={200: _answer("CommitAnswer", core_s.CommitOut), **_errors()},
+        description="A repeat of a successful commit returns the stored body first. Otherwise, in order: "
+        "CANCELLED; FENCED (EPOCH | GENERATION | ATTEMPT | LEASE_EXPIRED); STALE_INPUT; STALE_INPUT (RESOURCE); "
+        "NOT_STAGED. Where legacy decides, a commit is a legacy complete with this attempt's staged result; with "
+        "none staged the core answers." + _ROUTING,
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        data = parsed(core_s.CommitIn, request)
+        routed = routing.route("commit", principal=request.user, task_id=task_id, data=data)
+        if routed.decided_by == routing.CLAIM_V1:
+            return Response(core_apis.commit_body(routed.value))
+        return _legacy_decided(routed)
+
+
+class ClaimNextApi(APIView):
+    permission_classes = [IsWorker]
+
+    @extend_schema(
+        operation_id="claim_next",
+        request=core_s.ClaimNextIn,
+        responses={
+            200: _answer("ClaimNextAnswer", core_s.ClaimOut),
+            204: OpenApiResponse(description="Nothing is claimable (no body)."),
+            **_errors(),
+        },
+        description="Claim the oldest claimable task of the namespace (default `default`), optionally only of "
+        "`node_ids`. Concurrent callers never receive the same task. 409 FENCED (EPOCH) or CLAIMS_PAUSED. "
+        "claim.v1 picks in every open stage; where legacy decides it then decides the grant." + _ROUTING,
+    )
+    def post(self, request: Request) -> Response:
+        data = parsed(core_s.ClaimNextIn, request)
+        routed = routing.route_claim_next(principal=request.user, data=data)
+        if routed.value is None:
+            return Response(status=204)
+        if routed.decided_by == routing.CLAIM_V1:
+            return Response(core_apis.claim_body(routed.value))
+        return _legacy_decided(routed)
+
+
+class TaskDetailApi(APIView):
+    permission_classes = [AnyRole]
+
+    @extend_schema(
+        operation_id="task_get",
+        responses={200: s.ReadFromOut, **error_responses(401, 404)},
+        description="In LEGACY and SHADOW the holder, expiry and result are the legacy store's (`read_from`).",
+    )
+    def get(self, request: Request, task_id: str) -> Response:
+        task = selectors.legacy_view(core_selectors.task_get(task_id=task_id))
+        return Response(s.ReadFromOut(task).data)
+
+
+class TaskListCreateApi(core_apis.TaskListCreateApi):
+    """The core's create; the list as readers see it by stage."""
+
+    def get_permissions(self):
+        return [IsTaskCreator()] if self.request.method == "POST" else [AnyRole()]
+
+    @extend_schema(
+        operation_id="task_list",
+        parameters=[core_s.TaskListQuery],
+        responses={200: s.ReadTaskPage, **error_responses(400, 401)},
+        description="Tasks, oldest first. The frontier is `state=READY`; in LEGACY and SHADOW the state is the "
+        "legacy store's.",
+    )
+    def get(self, request: Request) -> Response:
+        query = core_s.TaskListQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        state = query.validated_data.get("state")
+        tasks = selectors.with_legacy_state(
+            core_selectors.task_list(namespace=query.validated_data.get("namespace")).select_related(
+                "namespace__rollout"
+            )
+        )
+        if state:
+            tasks = tasks.filter(read_state=state)
+        return paginated(self, request, tasks, lambda t: s.ReadFromOut(selectors.legacy_view(t)).data)
