@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from django.urls import path
-from django.views.generic import RedirectView
 
 from claims import views as claim_views
 from claims.urls import EffectIdConverter, NameConverter, TaskIdConverter  # noqa: F401  (registers converters)
@@ -19,4 +18,4 @@ core_pages = [
     path("effects/<effect_id:effect_id>/approve", claim_views.effect_approve, name="effect-approve"),
 ]
 
-urlpatterns = [path("", RedirectView.as_view(pattern_name="console:tasks"), name="overview"), *core_pages]
+urlpatterns = [path("", claim_views.home, name="overview"), *core_pages]

@@ -25,7 +25,7 @@ from ._base import audit, namespace_lock, new_event
 def namespace_create(*, principal: Principal, name: str) -> Namespace:
     """A new scheduler scope at epoch 1, audited. Composes into the caller's transaction (the rollout creates
     its own record of the namespace in the same one)."""
-    with transaction.atomic(savepoint=False):
+    with transaction.atomic():
         now = clock.now()
         if Namespace.objects.filter(name=name).exists():
             raise NamespaceExists(f"namespace {name!r} exists")

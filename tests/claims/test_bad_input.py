@@ -10,25 +10,24 @@ import pytest
 
 from claims.digest import digest
 from claims.models import AuditEntry, Effect, StagedResult, Task, TaskEvent
-from rollout.models import DrainSnapshot
 from tests.conftest import Pause, make_actor, run_in_thread, wait_done_or_waiting
 
 
-def _nested(levels: int):
+def nested(levels: int):
     value: object = "leaf"
     for _ in range(levels):
         value = {"k": value}
     return value
 
 
-def _raw(actor, path: str, text: str):
+def raw(actor, path: str, text: str):
     return actor.client.post(f"/api/v1{path}", data=text.encode("utf-8"), content_type="application/json")
 
 
 @pytest.mark.parametrize("levels", [130, 400, 650, 900])
 def test_values_nested_hundreds_of_levels_deep_are_400(operator, worker_a, ready_task, levels):
     claim = worker_a.claim(ready_task).json()
-    deep = _nested(levels)
+    deep = nested(levels)
     created = operator.create(input=deep)
     staged = worker_a.stage(claim, {"r": deep}, result_digest=digest({"r": "x"}))
     prepared = worker_a.prepare(claim, "slot", {"p": 1})
@@ -43,7 +42,7 @@ def test_values_nested_hundreds_of_levels_deep_are_400(operator, worker_a, ready
 
 
 def test_nesting_up_to_the_bound_is_accepted(operator):
-    response = operator.create(input=_nested(100))
+    response = operator.create(input=nested(100))
 
     assert response.status_code == 201, response.content[:300]
 
@@ -59,15 +58,13 @@ LONE = '"\\ud800"'  # JSON's escape for a lone surrogate: valid JSON text, not v
         ("/tasks", '{"node_id": "n", "input": {"text": %s}}'),
         ("/tasks", '{"node_id": "n", "input": {%s: 1}}'),
         ("/namespaces", '{"name": "x", "stage": %s}'),
-        ("/namespaces/default/rollout/advance", '{"to_stage": %s, "reason": "r"}'),
-        ("/namespaces/default/coverage/waive", '{"point": %s, "reason": "r"}'),
-        ("/namespaces/default/explain-rules", '{"reason": %s, "note": "n"}'),
+        ("/namespaces/default/fence", '{"reason": %s}'),
     ],
 )
 def test_a_lone_surrogate_in_any_field_is_400(oncall, default_namespace, path, template):
     before = (Task.objects.count(), AuditEntry.objects.count(), TaskEvent.objects.count())
 
-    response = _raw(oncall, path, template % LONE)
+    response = raw(oncall, path, template % LONE)
 
     assert response.status_code == 400, response.content[:300]
     assert response.json()["outcome"] == "INVALID"
@@ -82,28 +79,11 @@ def test_a_lone_surrogate_in_a_worker_choice_field_is_400(worker_a, ready_task):
         | {"owner_id": "worker-a"}
     )[1:-1]
 
-    outcome = _raw(worker_a, f"/effects/{key}/outcome", '{"state": ' + LONE + ", " + attempt + "}")
-    reconcile = _raw(worker_a, f"/effects/{key}/reconcile", '{"observed": ' + LONE + ", " + attempt + "}")
+    outcome = raw(worker_a, f"/effects/{key}/outcome", '{"state": ' + LONE + ", " + attempt + "}")
+    reconcile = raw(worker_a, f"/effects/{key}/reconcile", '{"observed": ' + LONE + ", " + attempt + "}")
 
     assert outcome.status_code == reconcile.status_code == 400
     assert Effect.objects.get(pk=key).state == "PREPARED"
-
-
-@pytest.mark.parametrize("pool", ["a\x00b", "p" * 101])
-def test_a_drain_pool_no_pool_could_have_is_400(operator, default_namespace, pool):
-    read = operator.client.get("/api/v1/namespaces/default/drain", {"pool": pool})
-    taken = operator.client.post(f"/api/v1/namespaces/default/drain?pool={pool}")
-
-    assert read.status_code == taken.status_code == 400
-    assert "pool" in read.json()["errors"]
-    assert not DrainSnapshot.objects.exists()
-
-
-def test_reading_the_drain_before_any_snapshot_records_none(operator, default_namespace):
-    response = operator.get("/namespaces/default/drain")
-
-    assert response.status_code == 200 and response.json()["taken_at"] is None
-    assert not DrainSnapshot.objects.exists()
 
 
 @pytest.mark.postgres

@@ -7,9 +7,6 @@ import inspect
 import logging
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
-from django.test import Client
 
 from claims import auth
 from claims.models import AuditEntry, EffectEvent, Namespace, TaskEvent, Token
@@ -34,23 +31,11 @@ def test_a_worker_can_neither_act_as_another_nor_reach_operator_endpoints(worker
     operator_only = [
         worker_a.post(f"/tasks/{ready_task}/cancel", {"reason": "x"}),
         worker_a.post("/namespaces/default/fence", {"reason": "x"}),
-        worker_a.get("/audit"),
+        worker_a.post("/resources", {"resource_key": "k"}),
     ]
 
     assert as_other.status_code == 403 and on_other_attempt.status_code == 403
     assert [r.status_code for r in operator_only] == [403, 403, 403]
-    assert Namespace.objects.get(name="default").scheduler_epoch == 1
-
-
-def test_the_console_refuses_a_post_without_its_csrf_token(db, ready_task):
-    user = get_user_model().objects.create_user(username="oc", password="pw-123456")
-    user.groups.set([Group.objects.get(name="oncall")])
-    client = Client(enforce_csrf_checks=True)
-    client.login(username="oc", password="pw-123456")
-
-    response = client.post("/ns/default/fence", {"reason": "x", "confirm": "default"})
-
-    assert response.status_code == 403
     assert Namespace.objects.get(name="default").scheduler_epoch == 1
 
 

@@ -69,7 +69,9 @@ def test_advance_shows_the_gate_before_confirming(ui_operator, operator):
 
     operator.post("/namespaces", {"name": "pay", "stage": "LEGACY"})
     unrecorded = ui_operator.get("/ns/pay/advance?to=SHADOW")
-    assert b"not evaluated yet" in unrecorded.content and not GateEvaluation.objects.exists()  # a read records nothing
+    assert (
+        b"not evaluated yet" in unrecorded.content and not GateEvaluation.objects.exists()
+    )  # a read records nothing
     gate_check()  # the beat job records the gate
 
     confirm = ui_operator.get("/ns/pay/advance?to=SHADOW")
@@ -184,3 +186,15 @@ def test_resume_from_the_console_is_refused_while_a_rollback_holds_the_pause(ui_
 
     assert b"PAUSE_HELD" in refused.content
     assert Namespace.objects.get(name="default").claims_paused
+
+
+def test_the_console_refuses_a_post_without_its_csrf_token(db, ready_task):
+    user = get_user_model().objects.create_user(username="oc", password="pw-123456")
+    user.groups.set([Group.objects.get(name="oncall")])
+    client = Client(enforce_csrf_checks=True)
+    client.login(username="oc", password="pw-123456")
+
+    response = client.post("/ns/default/fence", {"reason": "x", "confirm": "default"})
+
+    assert response.status_code == 403
+    assert Namespace.objects.get(name="default").scheduler_epoch == 1
