@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._base import NamespaceHold, acting_via, audit, namespace_lock, synthetic
+from .claiming import ClaimGrant, task_claim, task_claim_next
 from .dispatch import Delivery, dispatch_deliver
 from .effects import (
     Prepared,
@@ -12,7 +13,7 @@ from .effects import (
     effect_reconcile,
     effect_record_outcome,
 )
-from .leases import ClaimGrant, leases_reap, task_claim, task_claim_next, task_release, task_renew
+from .leases import leases_reap, task_release, task_renew
 from .namespaces import (
     epoch_fence,
     namespace_create,

@@ -15,8 +15,8 @@ from django.db import connection, transaction
 
 from .. import clock
 from ..errors import Conflict, NotFound
-from ..models import AuditEntry, EventKind, Namespace, Principal, Task, TaskEvent
-from . import _sql
+from ..models import AuditEntry, EventKind, Principal, Task, TaskEvent
+from . import _sql, statements
 
 
 @dataclass(frozen=True)
@@ -35,32 +35,12 @@ class NamespaceHold:
         return replace(self, now=clock.from_db(db_now))
 
 
-_NS = Namespace._meta.db_table
-_TASK = Task._meta.db_table
-
-
-def after_locks(sql: str) -> str:
-    """Wrap a locking SELECT so that the database clock is read once its row locks are held.
-
-    ``statement_timestamp()`` is the instant a statement *started*: a statement that waited on a row lock would
-    judge a lease on a clock from before the wait, and a lease that ran out meanwhile — while another
-    transaction took the task or its resource — would still look live. The materialised CTE takes the locks;
-    the outer SELECT evaluates ``clock_timestamp()`` per row it reads from the CTE, that is after the lock is
-    held. One statement, one round trip. On SQLite (writers serialised whole by BEGIN IMMEDIATE) the server's
-    clock is read in Python: NULL here."""
-    if not _sql.is_postgres():
-        return f"SELECT locked.*, NULL AS db_now FROM ({sql}) locked"
-    return f"WITH locked AS MATERIALIZED ({sql}) SELECT locked.*, clock_timestamp() AS db_now FROM locked"
-
-
 def locked_rows(
     model: type, where: str, params: list[Any], *, order: str, lock: str
 ) -> tuple[list[Any], Any]:
     """Rows of ``model`` matching ``where``, locked in ``order`` (the documented lock order's tie-break), and the
     database clock read after the locks are held (None on SQLite: ``NamespaceHold.at`` reads the server's)."""
-    table = model._meta.db_table
-    inner = f"SELECT * FROM {table} WHERE {where} ORDER BY {order}{_sql.lock_clause(lock)}"
-    rows = _sql.load(model, after_locks(inner), params)
+    rows = _sql.load(model, statements.lock_rows(model._meta.db_table, where, order, lock), params)
     if rows:
         return rows, rows[0].db_now
     if not _sql.is_postgres():
@@ -76,7 +56,7 @@ def hold_namespace(*, name: str | None = None, task_id: str | None = None) -> Na
     On PostgreSQL the row is taken FOR SHARE: an epoch fence UPDATEs it, so a fence waits for every decision
     already in flight, and every decision that starts after the fence reads the new epoch. This closes the race
     in which a claim or commit reads epoch N, a fence commits N+1, and the old-epoch decision lands afterwards.
-    The clock is read after the lock is held (``after_locks``).
+    The clock is read after the lock is held (``statements.after_locks``).
     SQLite runs each transaction BEGIN IMMEDIATE, so writers are serialised whole and no lock is needed.
     Raises NotFound for an unknown namespace or task.
     """
@@ -91,16 +71,9 @@ def namespace_lock(*, name: str) -> NamespaceHold:
 
 
 def _namespace_row(*, name: str | None, task_id: str | None, lock: str) -> NamespaceHold:
-    if task_id is not None:
-        where, param = f"n.id = (SELECT t.namespace_id FROM {_TASK} t WHERE t.task_id = %s)", task_id
-    else:
-        where, param = "n.name = %s", name
-    inner = (
-        f"SELECT n.id, n.name, n.scheduler_epoch, n.claims_paused, n.pause_hold FROM {_NS} n "
-        f"WHERE {where}{_sql.lock_clause(lock)}"
-    )
+    sql = statements.hold_namespace_row(by_task=task_id is not None, lock=lock)
     with connection.cursor() as cursor:
-        cursor.execute(after_locks(inner), [param])
+        cursor.execute(sql, [task_id if task_id is not None else name])
         row = cursor.fetchone()
     if row is None:
         raise NotFound("no such task" if task_id is not None else f"no such namespace: {name}")
@@ -119,19 +92,12 @@ def hold_task(task_id: str) -> tuple[NamespaceHold, Task]:
 
     The task lock: the decision and the write that follows it see one version of the row, and a concurrent
     writer of the same task waits for this transaction (then re-reads the new version). The namespace lock is
-    ``hold_namespace``'s. The clock is read after both locks are held (``after_locks``), so a lease is judged on
+    ``hold_namespace``'s. The clock is read after both locks are held (``statements.after_locks``), so a lease is judged on
     the instant the decision is made, not on the instant the statement began to wait. Nothing takes a namespace
     row exclusively and then waits for a task row (an epoch fence touches attempts, never task locks), so taking
     both in one statement cannot deadlock. Raises NotFound for an unknown task.
     """
-    pg = _sql.is_postgres()
-    inner = (
-        f"SELECT t.*, n.name AS ns_name, n.scheduler_epoch AS ns_epoch, n.claims_paused AS ns_paused, "
-        f"n.pause_hold AS ns_hold "
-        f"FROM {_TASK} t JOIN {_NS} n ON n.id = t.namespace_id WHERE t.task_id = %s"
-        + (" FOR NO KEY UPDATE OF t FOR SHARE OF n" if pg else "")
-    )
-    rows = _sql.load(Task, after_locks(inner), [task_id])
+    rows = _sql.load(Task, statements.hold_task_and_namespace(), [task_id])
     if not rows:
         raise NotFound("no such task")
     task = rows[0]

@@ -26,7 +26,8 @@ from django.db.models import Q
 
 from .. import clock
 from ..digest import canonical_json
-from ..models import DispatchIntent, DispatchState, Effect, EffectState, EventKind
+from ..models import DispatchIntent, DispatchState, Effect, EffectState
+from . import ledger
 from ._base import append_event
 
 logger = logging.getLogger(__name__)
@@ -84,8 +85,6 @@ def _send(intent: DispatchIntent) -> tuple[str, int | None, str]:
 
 
 def _apply(intent: DispatchIntent, state: str, status_code: int | None, error: str) -> str:
-    from .effects import _history, _transition  # the ledger's own writers
-
     with transaction.atomic(durable=True):
         now = clock.now()
         effect = Effect.objects.select_for_update().get(pk=intent.effect_id)
@@ -98,7 +97,7 @@ def _apply(intent: DispatchIntent, state: str, status_code: int | None, error: s
         current.outcome, current.last_error, current.finished_at = outcome, error, now
         current.save(update_fields=["state", "outcome", "last_error", "finished_at"])
         if not applied:
-            _history(
+            ledger.record(
                 effect,
                 "delivery_ignored",
                 at=now,
@@ -107,7 +106,7 @@ def _apply(intent: DispatchIntent, state: str, status_code: int | None, error: s
             )
             return outcome
         ref = str(status_code) if status_code is not None else None
-        _transition(
+        ledger.transition(
             effect,
             state,
             at=now,
@@ -118,12 +117,8 @@ def _apply(intent: DispatchIntent, state: str, status_code: int | None, error: s
             external_ref=ref,
             detail={"dispatch_id": str(intent.pk), "error": error},
         )
-        kind = {
-            EffectState.COMMITTED: EventKind.EFFECT_COMMITTED,
-            EffectState.FAILED: EventKind.EFFECT_FAILED,
-        }.get(state, EventKind.EFFECT_UNKNOWN)
         append_event(
-            kind,
+            ledger.EVENT_FOR_STATE[state],
             namespace_id=effect.namespace_id,
             task_id=effect.task_id,
             at=now,

@@ -24,7 +24,6 @@ from ..digest import digest
 from ..digest import effect_id as make_effect_id
 from ..errors import (
     ApprovalRequired,
-    Cancelled,
     Fenced,
     Forbidden,
     Invalid,
@@ -39,28 +38,18 @@ from ..models import (
     DispatchIntent,
     DispatchState,
     Effect,
-    EffectEvent,
     EffectState,
     EventKind,
     Principal,
     ReplayPolicy,
     Role,
-    Task,
-    TaskState,
 )
-from ._base import NamespaceHold, RejectionLog, append_event, audit, hold_task, locked_rows, task_current
-from .leases import check_authority, resolve_attempt
+from . import ledger
+from ._base import audit, hold_task, locked_rows, task_current
+from .authority import Acceptance, acceptance_point
 from .resources import check_dispatch_resources, lock_keys
 
 E = EffectState
-
-# A reported outcome moves the effect; anything else is INVALID_TRANSITION.
-_OUTCOME_FROM = {E.PREPARED, E.UNKNOWN}
-_EVENT_FOR_STATE = {
-    E.COMMITTED: EventKind.EFFECT_COMMITTED,
-    E.UNKNOWN: EventKind.EFFECT_UNKNOWN,
-    E.FAILED: EventKind.EFFECT_FAILED,
-}
 
 
 @dataclass(frozen=True)
@@ -70,147 +59,45 @@ class Prepared:
     created: bool
 
 
-def effect_current(effect: Effect) -> dict[str, Any]:
-    return {
-        "effect_id": effect.effect_id,
-        "state": effect.state,
-        "bound_payload_digest": effect.payload_digest,
-    }
-
-
-def _history(
-    effect: Effect,
-    kind: str,
-    *,
-    at,
-    principal: Principal | None,
-    frm: str = "",
-    to: str = "",
-    attempt_id: Any = None,
-    claim_generation: int | None = None,
-    detail: dict | None = None,
-) -> None:
-    EffectEvent.objects.create(
-        effect=effect,
-        kind=kind,
-        from_state=frm,
-        to_state=to,
-        at=at,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        principal=principal.name if principal else "",
-        detail=detail or {},
-    )
-
-
-def _task_event(
-    kind: EventKind,
-    effect: Effect,
-    ns: NamespaceHold,
-    principal: Principal | None,
-    *,
-    attempt_id: Any = None,
-    claim_generation: int | None = None,
-    owner_id: str | None = None,
-    point: bool = True,
-    detail: dict | None = None,
-) -> None:
-    append_event(
-        kind,
-        namespace_id=ns.id,
-        task_id=effect.task_id,
-        at=ns.now,
-        principal=principal,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=ns.scheduler_epoch,
-        owner_id=owner_id,
-        point=AcceptancePoint.EFFECT if point else None,
-        detail={
-            "effect_id": effect.effect_id,
-            "effect_slot": effect.effect_slot,
-            "state": effect.state,
-            **(detail or {}),
-        },
-    )
-
-
-@dataclass(frozen=True)
-class _Request:
-    """Who is asking, as which attempt: what every worker call on an effect names."""
-
-    principal: Principal
-    attempt_id: Any
-    claim_generation: int | None
-    scheduler_epoch: int | None
-    owner_id: str | None
-
-    def authorise(self, task: Task, ns: NamespaceHold) -> None:
-        effect_authority(
-            task,
-            ns,
-            self.principal,
-            attempt_id=self.attempt_id,
-            claim_generation=self.claim_generation,
-            scheduler_epoch=self.scheduler_epoch,
-            owner_id=self.owner_id,
-        )
-
-
 @contextmanager
 def _at_effect_point(
-    request: _Request, task_id: str, *, effect_id: str | None = None, effect_slot: str = ""
-) -> Iterator[tuple[NamespaceHold, Task, Effect | None]]:
-    """One effect call: a request at the `effect` acceptance point (a refusal is logged as a `fenced` event), in
-    one transaction holding, in the documented order, the task row with its namespace and then the effect row
-    (named, or the slot's) — and the clock read after both. The caller authorises once every lock it needs is
-    held, so authority is judged on what the locks keep still."""
-    log = RejectionLog(
-        AcceptancePoint.EFFECT,
-        principal=request.principal,
-        task_id=task_id,
-        attempt_id=request.attempt_id,
-        claim_generation=request.claim_generation,
-        scheduler_epoch=request.scheduler_epoch,
-        owner_id=request.owner_id,
-    )
-    with log, transaction.atomic(durable=True):
-        ns, task = hold_task(task_id)
-        log.namespace_id = ns.id
-        eid = effect_id or make_effect_id(task.task_id, task.node_id, effect_slot)
-        rows, db_now = locked_rows(Effect, "effect_id = %s", [eid], order="effect_id", lock="FOR UPDATE")
-        yield ns.at(db_now), task, rows[0] if rows else None
-
-
-def effect_authority(
-    task: Task,
-    ns: NamespaceHold,
     principal: Principal,
+    task_id: str,
     *,
-    attempt_id: uuid.UUID,
-    claim_generation: int,
-    scheduler_epoch: int,
-    owner_id: str,
-) -> None:
-    """Authority for an effect call (§6): the attempt named is the task's current attempt, owned by the caller,
-    not fenced by the epoch rule, its lease not expired, the task not cancelled. 403 before 409."""
-    if owner_id != principal.owner_id:
-        raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
-    granted_epoch = resolve_attempt(task, attempt_id, principal)
-    current = task_current(task, ns)
-    if task.state == TaskState.CANCELLED:
-        raise Cancelled("the task was cancelled", current=current)
-    check_authority(
-        task,
-        ns,
+    attempt_id: Any,
+    claim_generation: int | None,
+    scheduler_epoch: int | None,
+    owner_id: str | None,
+    effect_id: str | None = None,
+    effect_slot: str = "",
+) -> Iterator[tuple[Acceptance, Effect | None]]:
+    """One effect call: a request at the `effect` acceptance point (``authority.acceptance_point``), holding, in
+    the documented order, the task row with its namespace and then the effect row (named, or the slot's) — and
+    the clock read after both. The caller authorises (``_authorise``) once every lock it needs is held, so
+    authority is judged on what the locks keep still."""
+    with acceptance_point(
+        AcceptancePoint.EFFECT,
+        principal=principal,
+        task_id=task_id,
         attempt_id=attempt_id,
         claim_generation=claim_generation,
         scheduler_epoch=scheduler_epoch,
-        granted_epoch=granted_epoch,
         owner_id=owner_id,
-    )
-    if task.lease_expires_at <= ns.now:
-        raise Fenced("the lease ran out", reason="LEASE_EXPIRED", current=current)
+    ) as at:
+        eid = effect_id or make_effect_id(at.task.task_id, at.task.node_id, effect_slot)
+        rows, db_now = locked_rows(Effect, "effect_id = %s", [eid], order="effect_id", lock="FOR UPDATE")
+        at.after(db_now)
+        yield at, rows[0] if rows else None
+
+
+def _authorise(at: Acceptance) -> None:
+    """Authority for an effect call (§6): the attempt named is the task's current attempt, owned by the caller,
+    not fenced by the epoch rule, its lease not expired, the task not cancelled. 403 before 409."""
+    at.require_owner()
+    at.resolve_attempt()
+    at.require_not_cancelled()
+    at.require_current_attempt()
+    at.require_live_lease()
 
 
 def _lock_effect(effect_id: str) -> Effect | None:
@@ -242,9 +129,17 @@ def effect_prepare(
     ALREADY_COMMITTED (make no call), or — after a definite FAILED — PREPARED again under the same key.
     A NON_REPLAYABLE task's effect answers APPROVAL_REQUIRED (202) until an operator approves it.
     """
-    request = _Request(principal, attempt_id, claim_generation, scheduler_epoch, owner_id)
-    with _at_effect_point(request, task_id, effect_slot=effect_slot) as (ns, task, effect):
-        request.authorise(task, ns)
+    with _at_effect_point(
+        principal,
+        task_id,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        scheduler_epoch=scheduler_epoch,
+        owner_id=owner_id,
+        effect_slot=effect_slot,
+    ) as (at, effect):
+        ns, task = at.ns, at.task
+        _authorise(at)
         eid = make_effect_id(task.task_id, task.node_id, effect_slot)
         created = effect is None
         if created:
@@ -261,7 +156,7 @@ def effect_prepare(
                 created_at=ns.now,
                 updated_at=ns.now,
             )
-            _history(
+            ledger.record(
                 effect,
                 "prepared",
                 at=ns.now,
@@ -272,10 +167,12 @@ def effect_prepare(
                 detail={"payload_digest": payload_digest},
             )
         elif effect.payload_digest != payload_digest:
-            raise PayloadConflict("this slot is bound to another payload", current=effect_current(effect))
+            raise PayloadConflict(
+                "this slot is bound to another payload", current=ledger.effect_current(effect)
+            )
         elif effect.state == E.FAILED:
             # A definite failure: the target did not act. Retry under the same key.
-            _transition(
+            ledger.transition(
                 effect,
                 E.PREPARED,
                 at=ns.now,
@@ -285,7 +182,7 @@ def effect_prepare(
                 claim_generation=claim_generation,
             )
         else:
-            _history(
+            ledger.record(
                 effect,
                 "prepare_seen",
                 at=ns.now,
@@ -299,7 +196,7 @@ def effect_prepare(
         ]
         if outcome == "PREPARED" and effect.non_replayable and effect.approved_at is None:
             outcome = "APPROVAL_REQUIRED"
-        _task_event(
+        ledger.task_event(
             EventKind.EFFECT_PREPARED,
             effect,
             ns,
@@ -310,57 +207,6 @@ def effect_prepare(
             detail={"outcome": outcome},
         )
     return Prepared(effect=effect, outcome=outcome, created=created)
-
-
-def _transition(
-    effect: Effect,
-    to: str,
-    *,
-    at,
-    principal: Principal | None,
-    kind: str,
-    attempt_id: Any = None,
-    claim_generation: int | None = None,
-    external_ref: str | None = None,
-    detail: dict | None = None,
-):
-    frm = effect.state
-    effect.state = to
-    effect.updated_at = at
-    fields = ["state", "updated_at"]
-    if external_ref is not None:
-        effect.external_ref = external_ref[:500]
-        fields.append("external_ref")
-    if to == E.PREPARED and effect.dispatched_at is not None:
-        effect.dispatched_at = None  # back to PREPARED: no longer in flight, the node is free
-        fields.append("dispatched_at")
-    effect.save(update_fields=fields)
-    _history(
-        effect,
-        kind,
-        at=at,
-        principal=principal,
-        frm=frm,
-        to=to,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        detail={**({"external_ref": external_ref} if external_ref else {}), **(detail or {})},
-    )
-
-
-# Ledger entries by which an attempt (or an operator) acts on an effect; an approval or an ignored delivery is not.
-_ACTS_ON_EFFECT = ["prepared", "prepare_seen", "dispatch_recorded", "delivered", "outcome", "reconciled"]
-
-
-def _last_to_act(effect: Effect) -> Any:
-    """The attempt (None for an operator) whose entry is the newest act on the effect's ledger — read under the
-    effect row's lock, which every ledger writer holds."""
-    return (
-        EffectEvent.objects.filter(effect=effect, kind__in=_ACTS_ON_EFFECT)
-        .order_by("-id")
-        .values_list("attempt_id", flat=True)
-        .first()
-    )
 
 
 def effect_record_outcome(
@@ -387,11 +233,19 @@ def effect_record_outcome(
     - nobody while a dispatch intent is in flight: the dispatcher owns that delivery's outcome
       (INVALID_TRANSITION, DISPATCH_IN_FLIGHT).
     """
-    if state not in _EVENT_FOR_STATE:
+    if state not in ledger.EVENT_FOR_STATE:
         raise Invalid({"state": ["Must be one of COMMITTED, UNKNOWN, FAILED."]})
     task_id = _task_of(effect_id)
-    request = _Request(principal, attempt_id, claim_generation, scheduler_epoch, owner_id)
-    with _at_effect_point(request, task_id, effect_id=effect_id) as (ns, task, effect):
+    with _at_effect_point(
+        principal,
+        task_id,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        scheduler_epoch=scheduler_epoch,
+        owner_id=owner_id,
+        effect_id=effect_id,
+    ) as (at, effect):
+        ns, task = at.ns, at.task
         if effect is None:
             raise NotFound("no such effect")
         if owner_id != principal.owner_id:
@@ -402,16 +256,16 @@ def effect_record_outcome(
         if attempt_owner is not None and attempt_owner != principal.owner_id:
             raise Forbidden(f"attempt {attempt_id} is not {principal.owner_id!r}'s")
         if attempt_owner is None or attempt_id == task.attempt_id:
-            request.authorise(task, ns)
-        elif _last_to_act(effect) != attempt_id:
+            _authorise(at)
+        elif ledger.last_to_act(effect) != attempt_id:
             raise Fenced(
                 "the effect has moved on since this attempt acted on it: its report is not about the effect now",
                 reason="ATTEMPT",
-                current={**task_current(task, ns), **effect_current(effect)},
+                current={**task_current(task, ns), **ledger.effect_current(effect)},
             )
-        if effect.state not in _OUTCOME_FROM:
+        if effect.state not in ledger.OUTCOME_FROM:
             raise InvalidTransition(
-                f"an outcome cannot follow {effect.state}", current=effect_current(effect)
+                f"an outcome cannot follow {effect.state}", current=ledger.effect_current(effect)
             )
         if DispatchIntent.objects.filter(
             effect=effect, state__in=[DispatchState.PENDING, DispatchState.SENDING]
@@ -419,9 +273,9 @@ def effect_record_outcome(
             raise InvalidTransition(
                 "a dispatch of this effect is in flight: its delivery records the outcome",
                 reason="DISPATCH_IN_FLIGHT",
-                current=effect_current(effect),
+                current=ledger.effect_current(effect),
             )
-        _transition(
+        ledger.transition(
             effect,
             state,
             at=ns.now,
@@ -431,8 +285,8 @@ def effect_record_outcome(
             claim_generation=claim_generation,
             external_ref=external_ref,
         )
-        _task_event(
-            _EVENT_FOR_STATE[state],
+        ledger.task_event(
+            ledger.EVENT_FOR_STATE[state],
             effect,
             ns,
             principal,
@@ -461,19 +315,27 @@ def effect_reconcile(
     if observed not in ("OCCURRED", "NOT_OCCURRED"):
         raise Invalid({"observed": ["Must be OCCURRED or NOT_OCCURRED."]})
     task_id = _task_of(effect_id)
-    request = _Request(principal, attempt_id, claim_generation, scheduler_epoch, owner_id)
-    with _at_effect_point(request, task_id, effect_id=effect_id) as (ns, task, effect):
+    with _at_effect_point(
+        principal,
+        task_id,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        scheduler_epoch=scheduler_epoch,
+        owner_id=owner_id,
+        effect_id=effect_id,
+    ) as (at, effect):
+        ns = at.ns
         if effect is None:
             raise NotFound("no such effect")
         if principal.role == Role.WORKER:
-            request.authorise(task, ns)
+            _authorise(at)
         if effect.state != E.UNKNOWN:
             raise NotUnknown(
                 f"only an UNKNOWN effect is reconciled; this one is {effect.state}",
-                current=effect_current(effect),
+                current=ledger.effect_current(effect),
             )
         to = E.COMMITTED if observed == "OCCURRED" else E.PREPARED
-        _transition(
+        ledger.transition(
             effect,
             to,
             at=ns.now,
@@ -484,7 +346,7 @@ def effect_reconcile(
             external_ref=external_ref,
             detail={"observed": observed},
         )
-        _task_event(
+        ledger.task_event(
             EventKind.EFFECT_RECONCILED,
             effect,
             ns,
@@ -517,21 +379,23 @@ def effect_approve(*, principal: Principal, effect_id: str, note: str = "") -> E
         effect = _lock_effect(effect_id)
         if not effect.non_replayable:
             raise InvalidTransition(
-                "only a NON_REPLAYABLE task's effect needs approval", current=effect_current(effect)
+                "only a NON_REPLAYABLE task's effect needs approval", current=ledger.effect_current(effect)
             )
         if effect.state == E.COMMITTED:
-            raise InvalidTransition("the effect already happened", current=effect_current(effect))
+            raise InvalidTransition("the effect already happened", current=ledger.effect_current(effect))
         if effect.approved_at is None:
             effect.approved_at, effect.approved_by, effect.updated_at = ns.now, principal.name, ns.now
             effect.save(update_fields=["approved_at", "approved_by", "updated_at"])
-            _history(
+            ledger.record(
                 effect,
                 "approved",
                 at=ns.now,
                 principal=principal,
                 detail={"note": note, "payload_digest": effect.payload_digest},
             )
-            _task_event(EventKind.EFFECT_APPROVED, effect, ns, principal, point=False, detail={"note": note})
+            ledger.task_event(
+                EventKind.EFFECT_APPROVED, effect, ns, principal, point=False, detail={"note": note}
+            )
             audit(
                 principal=principal,
                 action="effect_approve",
@@ -565,15 +429,24 @@ def effect_dispatch(
     (STALE_INPUT, RESOURCE).
     """
     task_id = _task_of(effect_id)
-    request = _Request(principal, attempt_id, claim_generation, scheduler_epoch, owner_id)
-    with _at_effect_point(request, task_id, effect_id=effect_id) as (ns, task, effect):
+    with _at_effect_point(
+        principal,
+        task_id,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        scheduler_epoch=scheduler_epoch,
+        owner_id=owner_id,
+        effect_id=effect_id,
+    ) as (at, effect):
+        ns, task = at.ns, at.task
         if effect is None:
             raise NotFound("no such effect")
         keys = []
         if task.resources:  # the last lock of the order (after task and effect); the clock is read after it
             keys, db_now = lock_keys(sorted(task.resources), lock="FOR SHARE")
-            ns = ns.at(db_now)
-        request.authorise(task, ns)
+            at.after(db_now)
+            ns = at.ns
+        _authorise(at)
         in_flight = DispatchIntent.objects.filter(
             effect=effect, state__in=[DispatchState.PENDING, DispatchState.SENDING]
         ).first()
@@ -581,17 +454,17 @@ def effect_dispatch(
             return in_flight, False
         if digest(payload) != effect.payload_digest:
             raise PayloadConflict(
-                "the payload's digest is not the one bound at prepare", current=effect_current(effect)
+                "the payload's digest is not the one bound at prepare", current=ledger.effect_current(effect)
             )
         if effect.state != E.PREPARED:
             raise InvalidTransition(
                 f"only a PREPARED effect is dispatched; this one is {effect.state}",
-                current=effect_current(effect),
+                current=ledger.effect_current(effect),
             )
         if effect.non_replayable:
             if effect.approved_at is None:
                 raise ApprovalRequired(
-                    "an operator must approve this effect first", current=effect_current(effect)
+                    "an operator must approve this effect first", current=ledger.effect_current(effect)
                 )
             busy = (
                 Effect.objects.filter(
@@ -609,7 +482,7 @@ def effect_dispatch(
                 raise InvalidTransition(
                     f"effect {busy} of this node is still in flight",
                     reason="NODE_BUSY",
-                    current=effect_current(effect),
+                    current=ledger.effect_current(effect),
                 )
         fences = Attempt.objects.filter(pk=attempt_id).values_list("fences", flat=True).first() or {}
         check_dispatch_resources(keys, attempt_fences=fences)
@@ -625,7 +498,7 @@ def effect_dispatch(
         )
         effect.dispatched_at, effect.updated_at = ns.now, ns.now
         effect.save(update_fields=["dispatched_at", "updated_at"])
-        _history(
+        ledger.record(
             effect,
             "dispatch_recorded",
             at=ns.now,
@@ -634,7 +507,7 @@ def effect_dispatch(
             claim_generation=claim_generation,
             detail={"dispatch_id": str(intent.pk), "target": target},
         )
-        _task_event(
+        ledger.task_event(
             EventKind.DISPATCH_RECORDED,
             effect,
             ns,

@@ -10,7 +10,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef
 
 from .. import clock, interleave
-from ..errors import Cancelled, Fenced, Forbidden, Invalid, NotFound, NotStaged, StaleInput
+from ..errors import Fenced, Forbidden, Invalid, NotFound, NotStaged, StaleInput
 from ..models import (
     AcceptancePoint,
     Attempt,
@@ -24,17 +24,14 @@ from ..models import (
     TaskState,
 )
 from ..states import check_transition
-from . import _sql
+from . import _sql, statements
 from ._base import (
     NamespaceHold,
-    RejectionLog,
     event_statement,
     event_values,
-    hold_task,
     new_event,
-    task_current,
 )
-from .leases import check_authority, resolve_attempt
+from .authority import acceptance_point
 from .resources import bump_revisions, check_commit_resources, lock_commit_resources
 
 
@@ -143,7 +140,7 @@ def task_commit(
     Then: the staged row becomes canonical (a partial unique index allows one per task), the task COMMITTED,
     the attempt ends, and successors whose predecessors are now all committed become READY.
     """
-    log = RejectionLog(
+    with acceptance_point(
         AcceptancePoint.COMMIT,
         principal=principal,
         task_id=task_id,
@@ -151,12 +148,10 @@ def task_commit(
         claim_generation=claim_generation,
         scheduler_epoch=scheduler_epoch,
         owner_id=principal.owner_id,
-    )
-    with log, transaction.atomic(durable=True):
-        ns, task = hold_task(task_id)
-        log.namespace_id = ns.id
+    ) as at:
+        task = at.task
         _check_resources_named(task, resources)
-        granted_epoch = resolve_attempt(task, attempt_id, principal)
+        at.resolve_attempt()
         if (
             task.state == TaskState.COMMITTED
             and task.attempt_id == attempt_id
@@ -170,20 +165,11 @@ def task_commit(
             # keys (a claim of another task cannot take a newer token between our read and our write), then their
             # incarnations — and the lease is judged on the clock read after them, not before a wait on them.
             *locked, db_now = lock_commit_resources(task.resources)
-            ns = ns.at(db_now)
-        current = task_current(task, ns)
-        if task.state == TaskState.CANCELLED or observed_cancel_generation != task.cancel_generation:
-            raise Cancelled("the task was cancelled", current=current)
-        check_authority(
-            task,
-            ns,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            scheduler_epoch=scheduler_epoch,
-            granted_epoch=granted_epoch,
-        )
-        if task.lease_expires_at <= ns.now:
-            raise Fenced("the lease ran out before the commit", reason="LEASE_EXPIRED", current=current)
+            at.after(db_now)
+        at.require_not_cancelled(observed_cancel_generation)
+        at.require_current_attempt(check_owner=False)
+        at.require_live_lease(detail="the lease ran out before the commit")
+        ns, current = at.ns, at.current
         if input_digest != task.input_digest:
             raise StaleInput("the input was revised: re-read it and compute again", current=current)
         incarnations = check_commit_resources(
@@ -195,8 +181,7 @@ def task_commit(
         flipped = list(
             _sql.load(
                 StagedResult,
-                f"UPDATE {StagedResult._meta.db_table} SET canonical = %s, commit_id = %s, committed_at = %s, "
-                "unblocked = %s WHERE attempt_id = %s AND result_digest = %s RETURNING *",
+                statements.make_canonical(),
                 [
                     True,
                     _sql.prep(StagedResult, "commit_id", commit_id),
