@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterator
-from datetime import datetime
 
 from django.conf import settings
 from django.db.models import Count, F, Q, Sum
@@ -20,7 +19,8 @@ from django_prometheus.exports import ExportToDjangoView
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
-from .models import AcceptancePoint, Attempt, AttemptEnd, Effect, EffectState, EventKind, TaskEvent
+from . import selectors
+from .models import AcceptancePoint, Attempt, AttemptEnd, EventKind, TaskEvent
 
 LATENCY_BUCKETS = [0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600]
 ATTEMPT_BUCKETS = [1, 2, 3, 4, 5, 8, 13]
@@ -101,7 +101,7 @@ class ClaimsCollector(Collector):
         yield GaugeMetricFamily(
             "claims_unknown_effects",
             "Effects whose outcome is UNKNOWN.",
-            value=Effect.objects.filter(state=EffectState.UNKNOWN).count(),
+            value=selectors.unknown_effects_count(),
         )
 
         discarded = (
@@ -118,11 +118,7 @@ class ClaimsCollector(Collector):
         per_task = [row["n"] for row in Attempt.objects.values("task_id").annotate(n=Count("pk"))]
         yield _histogram("claims_attempts_per_task", "Attempts per claimed task.", per_task, ATTEMPT_BUCKETS)
 
-        reclaims = []
-        for event in TaskEvent.objects.filter(kind=EventKind.RECLAIMED).only("at", "detail").iterator():
-            expired = (event.detail.get("previous") or {}).get("lease_expires_at")
-            if expired and event.detail["previous"].get("ended") == "lease_expired":
-                reclaims.append(max(0.0, (event.at - datetime.fromisoformat(expired)).total_seconds()))
+        reclaims = selectors.reclaim_latencies()
         yield _histogram(
             "claims_reclaim_latency_seconds",
             "Lease expiry → the reclaiming claim.",
@@ -130,13 +126,7 @@ class ClaimsCollector(Collector):
             LATENCY_BUCKETS,
         )
 
-        ready_to_commit = [
-            (at - created).total_seconds()
-            for at, created in TaskEvent.objects.filter(kind=EventKind.RESULT_COMMITTED)
-            .values_list("at", "task__created_at")
-            .iterator()
-            if created is not None
-        ]
+        ready_to_commit = selectors.ready_to_commit_seconds()
         yield _histogram(
             "claims_ready_to_commit_seconds",
             "Task created (ready) → canonical commit.",

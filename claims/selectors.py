@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db.models import QuerySet
 
 from . import clock
 from .errors import NotFound
-from .models import AuditEntry, Effect, EffectState, Namespace, StagedResult, Task, TaskEvent, TaskState
+from .models import (
+    AuditEntry,
+    Effect,
+    EffectState,
+    EventKind,
+    Namespace,
+    StagedResult,
+    Task,
+    TaskEvent,
+    TaskState,
+)
 
 
 def task_get(*, task_id: str) -> Task:
@@ -73,3 +84,36 @@ def namespace_drain(namespace: Namespace) -> dict[str, int]:
         "unknown_effects": Effect.objects.filter(namespace=namespace, state=EffectState.UNKNOWN).count(),
         "awaiting_commit": awaiting.count(),
     }
+
+
+# --- figures shared by /metrics and the console (one selector per number) -------------------------------------
+
+
+def unknown_effects_count() -> int:
+    return Effect.objects.filter(state=EffectState.UNKNOWN).count()
+
+
+def reclaim_latencies(*, since: datetime | None = None) -> list[float]:
+    """Seconds from a lease's expiry to the claim that reclaimed it, per reclaim (oldest first)."""
+    events = TaskEvent.objects.filter(kind=EventKind.RECLAIMED)
+    if since is not None:
+        events = events.filter(at__gte=since)
+    out = []
+    for event in events.order_by("id").only("at", "detail").iterator():
+        previous = event.detail.get("previous") or {}
+        expired = previous.get("lease_expires_at")
+        if expired and previous.get("ended") == "lease_expired":
+            out.append(max(0.0, (event.at - datetime.fromisoformat(expired)).total_seconds()))
+    return out
+
+
+def ready_to_commit_seconds(*, since: datetime | None = None) -> list[float]:
+    """Seconds from a task's creation to its canonical commit, per commit."""
+    events = TaskEvent.objects.filter(kind=EventKind.RESULT_COMMITTED)
+    if since is not None:
+        events = events.filter(at__gte=since)
+    return [
+        (at - created).total_seconds()
+        for at, created in events.values_list("at", "task__created_at").iterator()
+        if created is not None
+    ]

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from claims.apis import error_responses, parsed
 from claims.permissions import IsWorker
+from claims.serializers import OutcomeOut
 
 from . import serializers as s
 from .services.errors import LegacyRefused
-from .services.legacy_api import legacy_operation
+from .services.legacy_api import LegacyAnswer, legacy_operation
 
 
-def _answer(answer, ok_body: dict) -> Response:
+def _answer(answer: LegacyAnswer, out: type, ok_body: dict) -> Response:
+    """Legacy's verdict: its answer through ``out``, or its refusal word (HELD, NOT_OWNER) as a typed 409."""
     verdict = answer.verdict
     if not verdict.accepted:
         held = {"owner_id": verdict.owner_id, "expires_at": verdict.expires_at}
@@ -25,7 +27,18 @@ def _answer(answer, ok_body: dict) -> Response:
             current=held,
             extra=held,
         )
-    return Response(ok_body)
+    return Response(out(ok_body).data)
+
+
+def _errors() -> dict:
+    return {
+        **error_responses(400, 401, 403, 404),
+        409: OpenApiResponse(
+            s.LegacyRefusedConflictOut,
+            description="HELD / NOT_OWNER (with the holder and expiry), PROTOCOL_TOO_OLD from V1_WRITES on, "
+            "CLAIMS_PAUSED.",
+        ),
+    }
 
 
 class LegacyClaimApi(APIView):
@@ -35,7 +48,7 @@ class LegacyClaimApi(APIView):
         operation_id="legacy_claim",
         request=s.LegacyClaimIn,
         tags=["legacy"],
-        responses={200: None, **error_responses(400, 401, 403, 404, 409)},
+        responses={200: s.LegacyClaimedOut, **_errors()},
         description="Legacy claim: 200 {owner_id, expires_at}; 409 {outcome: HELD, owner_id, expires_at} "
         "while another owner's claim is unexpired; 409 PROTOCOL_TOO_OLD from V1_WRITES on.",
     )
@@ -43,7 +56,9 @@ class LegacyClaimApi(APIView):
         data = parsed(s.LegacyClaimIn, request)
         answer = legacy_operation("claim", principal=request.user, task_id=task_id, **data)
         return _answer(
-            answer, {"owner_id": answer.verdict.owner_id, "expires_at": answer.verdict.expires_at.isoformat()}
+            answer,
+            s.LegacyClaimedOut,
+            {"owner_id": answer.verdict.owner_id, "expires_at": answer.verdict.expires_at},
         )
 
 
@@ -54,15 +69,12 @@ class LegacyHeartbeatApi(APIView):
         operation_id="legacy_heartbeat",
         request=s.LegacyClaimIn,
         tags=["legacy"],
-        responses={200: None, **error_responses(400, 401, 403, 404, 409)},
+        responses={200: s.LegacyHeartbeatOut, **_errors()},
     )
     def post(self, request: Request, task_id: str) -> Response:
         data = parsed(s.LegacyClaimIn, request)
         answer = legacy_operation("heartbeat", principal=request.user, task_id=task_id, **data)
-        return _answer(
-            answer,
-            {"expires_at": answer.verdict.expires_at.isoformat() if answer.verdict.expires_at else None},
-        )
+        return _answer(answer, s.LegacyHeartbeatOut, {"expires_at": answer.verdict.expires_at})
 
 
 class LegacyReleaseApi(APIView):
@@ -72,12 +84,12 @@ class LegacyReleaseApi(APIView):
         operation_id="legacy_release",
         request=s.LegacyReleaseIn,
         tags=["legacy"],
-        responses={200: None, **error_responses(400, 401, 403, 404, 409)},
+        responses={200: OutcomeOut, **_errors()},
     )
     def post(self, request: Request, task_id: str) -> Response:
         data = parsed(s.LegacyReleaseIn, request)
         answer = legacy_operation("release", principal=request.user, task_id=task_id, **data)
-        return _answer(answer, {"outcome": "RELEASED"})
+        return _answer(answer, OutcomeOut, {"outcome": "RELEASED"})
 
 
 class LegacyCompleteApi(APIView):
@@ -87,10 +99,10 @@ class LegacyCompleteApi(APIView):
         operation_id="legacy_complete",
         request=s.LegacyCompleteIn,
         tags=["legacy"],
-        responses={200: None, **error_responses(400, 401, 403, 404, 409)},
+        responses={200: OutcomeOut, **_errors()},
         description="Unconditional: last write wins (that is the legacy protocol).",
     )
     def post(self, request: Request, task_id: str) -> Response:
         data = parsed(s.LegacyCompleteIn, request)
         answer = legacy_operation("complete", principal=request.user, task_id=task_id, **data)
-        return _answer(answer, {"outcome": "COMPLETED"})
+        return _answer(answer, OutcomeOut, {"outcome": "COMPLETED"})

@@ -59,7 +59,9 @@ class NamespaceDetailApi(APIView):
     )
     def get(self, request: Request, ns: str) -> Response:
         namespace = core_selectors.namespace_get(name=ns)
-        body = {**namespace_fields(namespace), "drain": core_selectors.namespace_drain(namespace)}
+        # The rollout's drain counts (claim.v1's live leases and the legacy API's): the figures the drain API, the
+        # console and the V1_WRITES → V1_ONLY gate use.
+        body = {**namespace_fields(namespace), "drain": selectors.drain_counts(namespace)}
         return Response(s.NamespaceDetailOut(body).data)
 
 

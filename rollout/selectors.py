@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db.models import Case, CharField, Count, Exists, OuterRef, Q, QuerySet, Subquery, Value, When
 
 from claims import clock
+from claims.errors import NotFound
 from claims.models import (
     AcceptancePoint,
     Attempt,
@@ -28,11 +29,13 @@ from .legacy import legacy_store
 from .models import (
     ComparedOperation,
     CoverageWaiver,
+    DrainSnapshot,
     GateEvaluation,
     LegacyClaim,
     Mismatch,
     MismatchStatus,
     Protocol,
+    Rollback,
     RolloutState,
     Stage,
     StageChange,
@@ -41,6 +44,14 @@ from .models import (
 
 POINTS = [point.value for point in AcceptancePoint]
 LEGACY_READS = (Stage.LEGACY, Stage.SHADOW)
+
+
+def namespace_or_404(name: str) -> Namespace:
+    """The namespace with its rollout record (one query), or NotFound."""
+    namespace = Namespace.objects.select_related("rollout").filter(name=name).first()
+    if namespace is None:
+        raise NotFound(f"no such namespace: {name}")
+    return namespace
 
 
 def rollout_state(namespace: Namespace) -> tuple[str, str]:
@@ -246,3 +257,57 @@ def legacy_view(task: Task) -> Task:
         view.state, view.owner_id, view.lease_expires_at = TaskState.READY, None, None
         view.result = view.result_digest = None
     return view
+
+
+# --- lists the rollout API and console show ---------------------------------------------------------------------
+
+
+def mismatches(
+    namespace: str, *, reason: str | None = None, status: str | None = None, since: datetime | None = None
+) -> QuerySet[Mismatch]:
+    rows = Mismatch.objects.filter(namespace=namespace).order_by("-at", "-id")
+    if reason:
+        rows = rows.filter(reason=reason)
+    if status:
+        rows = rows.filter(status=status)
+    if since:
+        rows = rows.filter(at__gte=since)
+    return rows
+
+
+def open_rollback(namespace: str) -> Rollback | None:
+    return Rollback.objects.filter(namespace=namespace, finished_at__isnull=True).first()
+
+
+def last_snapshot(namespace: str, pool: str = "") -> DrainSnapshot | None:
+    return DrainSnapshot.objects.filter(namespace=namespace, pool=pool).order_by("-taken_at", "-id").first()
+
+
+def drain_now(namespace: Namespace, pool: str = "") -> dict[str, Any]:
+    """The last drain snapshot, or — before any was taken — the counts as they stand, recorded by nobody."""
+    snapshot = last_snapshot(namespace.name, pool)
+    if snapshot is not None:
+        return {
+            "pool": snapshot.pool or None,
+            "active_leases": snapshot.active_leases,
+            "unknown_effects": snapshot.unknown_effects,
+            "awaiting_commit": snapshot.awaiting_commit,
+            "clean": snapshot.clean,
+            "clean_streak": snapshot.clean_streak,
+            "taken_at": snapshot.taken_at,
+        }
+    counts = drain_counts(namespace, pool=pool or None)
+    return {
+        "pool": pool or None,
+        **counts,
+        "clean": not any(counts.values()),
+        "clean_streak": 0,
+        "taken_at": None,
+    }
+
+
+def pools() -> list[dict[str, Any]]:
+    by_pool: dict[str, list[WorkerRegistration]] = {}
+    for reg in WorkerRegistration.objects.order_by("pool", "principal"):
+        by_pool.setdefault(reg.pool or "", []).append(reg)
+    return [{"pool": pool, "workers": regs} for pool, regs in by_pool.items()]

@@ -196,3 +196,154 @@ MismatchPage = paginated(MismatchOut, "MismatchPage")
 
 class DrainQuery(serializers.Serializer):
     pool = StrictCharField(max_length=100, required=False, allow_blank=True, default="")
+
+
+# --- rollout API outputs -----------------------------------------------------------------------------------------
+
+
+class GateOut(serializers.Serializer):
+    move = serializers.CharField(help_text='"SHADOW → V1_READS"')
+    holds = serializers.BooleanField()
+    figures = serializers.DictField()
+    why = serializers.CharField()
+    checked_at = serializers.DateTimeField()
+    age_seconds = serializers.FloatField(help_text="How long ago it was recorded.")
+
+
+class RollbackOut(serializers.Serializer):
+    rollback_id = serializers.CharField(source="pk")
+    to_stage = serializers.CharField()
+    step = serializers.CharField(help_text="FENCING | DRAINING | DONE")
+    started_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class RolloutOut(serializers.Serializer):
+    namespace = serializers.CharField()
+    stage = serializers.ChoiceField(choices=Stage.choices)
+    next_stage = serializers.CharField(allow_null=True)
+    scheduler_epoch = serializers.IntegerField()
+    claims_paused = serializers.BooleanField()
+    gates = GateOut(many=True, help_text="The next move's gate as last recorded; empty before the first.")
+    rollback = RollbackOut(allow_null=True)
+
+
+class AdvancedOut(serializers.Serializer):
+    outcome = serializers.CharField(default="ADVANCED")
+    stage = serializers.ChoiceField(choices=Stage.choices)
+    gate = GateOut()
+
+
+class SnapshotOut(serializers.Serializer):
+    pool = serializers.CharField(allow_null=True)
+    active_leases = serializers.IntegerField()
+    unknown_effects = serializers.IntegerField()
+    awaiting_commit = serializers.IntegerField()
+    clean = serializers.BooleanField()
+    clean_streak = serializers.IntegerField()
+    taken_at = serializers.DateTimeField(
+        allow_null=True, help_text="null: no snapshot yet, the counts as they stand"
+    )
+
+
+class RolledBackOut(serializers.Serializer):
+    outcome = serializers.CharField(default="ROLLED_BACK")
+    stage = serializers.ChoiceField(choices=Stage.choices)
+    scheduler_epoch = serializers.IntegerField()
+
+
+class RollbackStartedOut(serializers.Serializer):
+    outcome = serializers.CharField(default="ROLLBACK_STARTED")
+    rollback = RollbackOut()
+    drain = SnapshotOut(allow_null=True)
+    scheduler_epoch = serializers.IntegerField()
+
+
+class ExplainRuleOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    namespace = serializers.CharField()
+    reason = serializers.CharField()
+    note = serializers.CharField()
+    created_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class PointCoverageOut(serializers.Serializer):
+    validated = serializers.IntegerField()
+    total = serializers.IntegerField()
+    ratio = serializers.FloatField(allow_null=True)
+    waived = serializers.BooleanField()
+
+
+class CoverageOut(serializers.Serializer):
+    window_start = serializers.DateTimeField()
+    points = serializers.DictField(child=PointCoverageOut())
+
+
+class WaiverOut(serializers.Serializer):
+    point = serializers.CharField()
+    reason = serializers.CharField()
+    principal = serializers.CharField()
+    at = serializers.DateTimeField()
+
+
+class PoolWorkerOut(serializers.Serializer):
+    principal = serializers.CharField()
+    namespace = serializers.CharField()
+    protocol = serializers.CharField()
+    binary_version = serializers.CharField()
+    refused = serializers.BooleanField()
+    last_heartbeat = serializers.DateTimeField()
+
+
+class PoolOut(serializers.Serializer):
+    pool = serializers.CharField()
+    workers = PoolWorkerOut(many=True)
+
+
+class PoolsOut(serializers.Serializer):
+    results = PoolOut(many=True)
+
+
+class AuditOut(serializers.Serializer):
+    at = serializers.DateTimeField()
+    principal = serializers.CharField()
+    role = serializers.CharField()
+    action = serializers.CharField()
+    namespace = serializers.CharField()
+    target = serializers.CharField()
+    reason = serializers.CharField()
+    detail = serializers.DictField()
+
+
+AuditPage = paginated(AuditOut, "AuditPage")
+
+
+class RegisteredOut(serializers.Serializer):
+    outcome = serializers.CharField(default="REGISTERED")
+    namespace = serializers.CharField()
+    protocol = serializers.CharField()
+    pool = serializers.CharField()
+    binary_version = serializers.CharField()
+
+
+class WorkerHeartbeatOut(serializers.Serializer):
+    outcome = serializers.CharField(default="HEARTBEAT")
+    last_heartbeat = serializers.DateTimeField()
+
+
+# --- the legacy protocol's answers -------------------------------------------------------------------------------
+
+
+class LegacyClaimedOut(serializers.Serializer):
+    owner_id = serializers.CharField()
+    expires_at = serializers.DateTimeField()
+
+
+class LegacyHeartbeatOut(serializers.Serializer):
+    expires_at = serializers.DateTimeField(allow_null=True)
+
+
+class LegacyRefusedConflictOut(core_s.ConflictOut):
+    owner_id = serializers.CharField()
+    expires_at = serializers.DateTimeField(allow_null=True)

@@ -4,7 +4,7 @@ Every action checks the role and goes through a service, which writes the audit 
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.contrib import messages
 from django.db.models import Count, Q
@@ -14,10 +14,9 @@ from django.views.decorators.http import require_POST
 from kombu.exceptions import OperationalError
 
 from claims import clock, services
+from claims import selectors as core_selectors
 from claims.errors import ClaimError
 from claims.models import (
-    Effect,
-    EffectState,
     EventKind,
     Namespace,
     Task,
@@ -319,17 +318,8 @@ def glance(request: HttpRequest) -> HttpResponse:
 
     claims_series = per_minute([EventKind.CLAIMED, EventKind.RECLAIMED])
     fenced_commits = per_minute(kind=EventKind.FENCED, point="commit")
-    reclaims = []
-    for event in events.filter(kind=EventKind.RECLAIMED).only("at", "detail"):
-        previous = event.detail.get("previous") or {}
-        if previous.get("ended") == "lease_expired":
-            reclaims.append((event.at - datetime.fromisoformat(previous["lease_expires_at"])).total_seconds())
-    commits = sorted(
-        (at - created).total_seconds()
-        for at, created in events.filter(kind=EventKind.RESULT_COMMITTED).values_list(
-            "at", "task__created_at"
-        )
-    )
+    reclaims = core_selectors.reclaim_latencies(since=since)
+    commits = sorted(core_selectors.ready_to_commit_seconds(since=since))
     p95 = commits[int(0.95 * (len(commits) - 1))] if commits else None
     return render(
         request,
@@ -346,7 +336,7 @@ def glance(request: HttpRequest) -> HttpResponse:
             reclaim_max=max(reclaims) if reclaims else None,
             ready_p95=p95,
             commits=len(commits),
-            unknown=Effect.objects.filter(state=EffectState.UNKNOWN).count(),
+            unknown=core_selectors.unknown_effects_count(),
             stage_order=Stage.values,
         ),
     )

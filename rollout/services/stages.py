@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 
 from claims import clock, interleave, services
-from claims.errors import ClaimsPaused, Conflict, Forbidden, InvalidTransition, NotFound
+from claims.errors import ClaimsPaused, Conflict, Forbidden, InvalidTransition
 from claims.models import Namespace, Principal, Role
 from claims.services import audit
 
@@ -38,19 +38,12 @@ class Gate:
     checked_at: Any
 
 
-def _namespace(name: str) -> Namespace:
-    namespace = Namespace.objects.select_related("rollout").filter(name=name).first()
-    if namespace is None:
-        raise NotFound(f"no such namespace: {name}")
-    return namespace
-
-
 # --- drain ------------------------------------------------------------------------------------------------
 
 
 def drain_snapshot(*, namespace: str, pool: str | None = None) -> DrainSnapshot:
     """Take a snapshot (its own transaction)."""
-    ns = _namespace(namespace)
+    ns = selectors.namespace_or_404(namespace)
     with transaction.atomic(durable=True):
         return _snapshot(ns, pool=pool, now=clock.now())
 
@@ -93,7 +86,7 @@ def drained(snapshot: DrainSnapshot) -> bool:
 def evaluate_gate(*, namespace: str) -> Gate | None:
     """Evaluate and record the gate of the namespace's next move (the ``gate_check`` job; reads show the last
     recorded one, ``selectors.last_gate``); None at V1_ONLY."""
-    ns = _namespace(namespace)
+    ns = selectors.namespace_or_404(namespace)
     with transaction.atomic(durable=True):
         return _evaluate(ns, selectors.stage_of(ns), now=clock.now())
 
@@ -277,12 +270,12 @@ def advance(
     if not gate.holds and not override:
         raise GateNotMet(gate.why, current={"gate": gate.move, "figures": gate.figures})
     if stage == Stage.LEGACY and to_stage == Stage.SHADOW:
-        _import_legacy_claims(_namespace(namespace), principal)
+        _import_legacy_claims(selectors.namespace_or_404(namespace), principal)
     return to_stage, gate
 
 
 def waive_coverage(*, principal: Principal, namespace: str, point: str, reason: str) -> CoverageWaiver:
-    ns = _namespace(namespace)
+    ns = selectors.namespace_or_404(namespace)
     with transaction.atomic(durable=True):
         now = clock.now()
         waiver = CoverageWaiver.objects.create(
