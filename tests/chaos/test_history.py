@@ -50,15 +50,9 @@ from claims.tasks import redeliver_dispatches
 from rollout.models import DrainSnapshot, FenceRequest, Rollback
 from rollout.services import fences
 from rollout.tasks import advance_rollback, fence_epoch, resend_fences
-from tests.conftest import (
-    FAST_RESEND_ENV,
-    ensure_default_namespace,
-    make_actor,
-    pg_deadlocks,
-    process_database_url,
-    row_locked,
-    wait_for,
-)
+from tests.support.actors import ensure_default_namespace, make_actor
+from tests.support.processes import FAST_RESEND_ENV, process_database_url, wait_for
+from tests.support.races import pg_deadlocks, row_locked
 from tests.support.rollout import stage_history_replays, stage_of
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,9 @@ from claims.tasks import deliver_dispatch, redeliver_dispatches
 from rollout.models import FenceRequest, Rollback, StageChange
 from rollout.services import fences
 from rollout.tasks import advance_rollback, fence_epoch, resend_fences
-from tests.conftest import FAST_RESEND_ENV, make_actor, row_locked, wait_for, wait_for_lock_waiters
+from tests.support.actors import make_actor
+from tests.support.processes import FAST_RESEND_ENV, wait_for
+from tests.support.races import row_locked, wait_for_lock_waiters
 from tests.support.rollout import stage_of
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

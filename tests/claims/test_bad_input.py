@@ -10,7 +10,8 @@ import pytest
 
 from claims.digest import digest
 from claims.models import AuditEntry, Effect, StagedResult, Task, TaskEvent
-from tests.conftest import Pause, make_actor, run_in_thread, wait_done_or_waiting
+from tests.support.actors import make_actor
+from tests.support.races import Pause, run_in_thread, wait_done_or_waiting
 
 
 def nested(levels: int):

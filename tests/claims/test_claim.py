@@ -9,7 +9,8 @@ from django.db import connection
 
 from claims.models import Attempt, Task, TaskEvent
 from claims.services import token_issue
-from tests.conftest import Pause, make_actor, run_in_thread
+from tests.support.actors import make_actor
+from tests.support.races import Pause, run_in_thread
 
 
 def test_a_ready_task_is_claimed_with_a_new_attempt_and_generation_1(worker_a, ready_task):

@@ -10,7 +10,7 @@ import pytest
 
 from claims import client as sdk
 from claims.models import Effect, Task, TaskEvent
-from tests.conftest import ensure_default_namespace, make_actor
+from tests.support.actors import ensure_default_namespace, make_actor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

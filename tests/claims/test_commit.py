@@ -7,7 +7,7 @@ from django.db import IntegrityError, transaction
 
 from claims.digest import digest
 from claims.models import Attempt, StagedResult, Task, TaskEvent
-from tests.conftest import Pause, run_in_thread, wait_for_lock_waiters
+from tests.support.races import Pause, run_in_thread, wait_for_lock_waiters
 
 
 def test_a14_a_healthy_current_owner_with_current_input_commits(worker_a, ready_task):
@@ -188,7 +188,7 @@ def test_a_worker_cannot_commit_another_workers_attempt(worker_a, worker_b, read
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a6_commit_first_then_cancel_the_recorded_order_decides(operator, ready_task):
-    from tests.conftest import make_actor
+    from tests.support.actors import make_actor
 
     worker = make_actor("racer", "worker")
     claim = worker.claim(ready_task).json()
@@ -216,7 +216,7 @@ def test_a6_commit_first_then_cancel_the_recorded_order_decides(operator, ready_
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a6_cancel_first_then_commit_the_recorded_order_decides(operator, ready_task):
-    from tests.conftest import make_actor
+    from tests.support.actors import make_actor
 
     worker = make_actor("racer", "worker")
     claim = worker.claim(ready_task).json()

@@ -7,7 +7,8 @@ import pytest
 
 from claims.models import DispatchIntent, Effect, Task
 from claims.services import dispatch_deliver
-from tests.conftest import Pause, make_actor, run_in_thread, wait_for_lock_waiters
+from tests.support.actors import make_actor
+from tests.support.races import Pause, run_in_thread, wait_for_lock_waiters
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ from django.conf import settings
 
 from claims.models import DispatchIntent, Effect
 from claims.tasks import deliver_dispatch
-from tests.conftest import make_actor, wait_for
+from tests.support.actors import make_actor
+from tests.support.processes import wait_for
 
 
 @pytest.mark.postgres

@@ -10,15 +10,9 @@ import threading
 import pytest
 
 from claims.models import Attempt, DispatchIntent, Effect, EffectEvent, Resource, ResourceKey, Task, TaskEvent
-from tests.conftest import (
-    Pause,
-    make_actor,
-    row_locked,
-    run_in_thread,
-    wait_done_or_waiting,
-    wait_for,
-    wait_for_lock_waiters,
-)
+from tests.support.actors import make_actor
+from tests.support.processes import wait_for
+from tests.support.races import Pause, row_locked, run_in_thread, wait_done_or_waiting, wait_for_lock_waiters
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

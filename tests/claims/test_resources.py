@@ -203,7 +203,8 @@ def test_unknown_resources_are_404_and_bad_checks_are_400(worker_a, repo):
 def test_concurrent_claims_of_tasks_sharing_a_resource_give_it_to_exactly_one(operator):
     import threading
 
-    from tests.conftest import make_actor, run_in_thread
+    from tests.support.actors import make_actor
+    from tests.support.races import run_in_thread
 
     operator.post("/resources", {"resource_key": "db:orders"})
     tasks = [operator.create(node_id="migrate", resources=["db:orders"]).json()["task_id"] for _ in range(12)]

@@ -7,7 +7,8 @@ import threading
 import pytest
 
 from claims.models import Task, TaskEvent
-from tests.conftest import make_actor, run_in_thread
+from tests.support.actors import make_actor
+from tests.support.races import run_in_thread
 
 
 def test_a20_a_successor_waits_blocked_and_is_released_only_by_the_canonical_commit(

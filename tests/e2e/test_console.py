@@ -10,7 +10,7 @@ from django.contrib.auth.models import Group
 from claims.digest import digest
 from claims.models import AuditEntry, Effect, Namespace
 from rollout.models import Mismatch
-from tests.conftest import ensure_default_namespace, make_actor
+from tests.support.actors import ensure_default_namespace, make_actor
 from tests.support.rollout import stage_of
 
 pytestmark = [pytest.mark.django_db(transaction=True)]

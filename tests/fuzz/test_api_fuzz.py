@@ -15,7 +15,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance, statu
 
 from claims.models import Attempt, AuditEntry, Effect, Namespace, StagedResult, Task, TaskEvent
 from controlplane.wsgi import application
-from tests.conftest import ensure_default_namespace, make_actor
+from tests.support.actors import ensure_default_namespace, make_actor
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "12"))
 

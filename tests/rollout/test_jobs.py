@@ -10,7 +10,8 @@ from claims.tasks import reap_expired_leases
 from rollout import tasks as jobs
 from rollout.models import DrainSnapshot, FenceRequest, LegacyClaim, Mismatch
 from rollout.services import fences
-from tests.conftest import make_actor, wait_for
+from tests.support.actors import make_actor
+from tests.support.processes import wait_for
 
 
 def test_fence_epoch_fences_and_proves_an_old_epoch_commit_is_refused(operator, oncall, ready_task):
@@ -109,7 +110,7 @@ def test_a_singleton_job_does_nothing_while_another_run_holds_its_lock():
     import threading
 
     from claims.locks import singleton
-    from tests.conftest import run_in_thread
+    from tests.support.races import run_in_thread
 
     holding, release = threading.Event(), threading.Event()
 

@@ -11,13 +11,8 @@ from rest_framework.test import APIClient
 
 from claims.models import AuditEntry, Namespace, StagedResult, Task
 from rollout.models import ComparedOperation, LegacyClaim, StageChange
-from tests.conftest import (
-    Pause,
-    make_actor,
-    pg_deadlocks,
-    run_in_thread,
-    wait_done_or_waiting,
-)
+from tests.support.actors import make_actor
+from tests.support.races import Pause, pg_deadlocks, run_in_thread, wait_done_or_waiting
 from tests.support.rollout import stage_history_replays, stage_of
 
 pytestmark = pytest.mark.django_db(transaction=True)

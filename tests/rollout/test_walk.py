@@ -11,7 +11,7 @@ import pytest
 from claims.digest import digest
 from claims.models import Effect, Namespace, Task
 from rollout.models import GateEvaluation, LegacyClaim, Mismatch, StageChange
-from tests.conftest import make_actor
+from tests.support.actors import make_actor
 from tests.support.rollout import stage_of
 
 NS = "payments"

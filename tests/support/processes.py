@@ -1,0 +1,137 @@
+"""Real processes for the tests (a pytest plugin, loaded by tests/conftest.py): Celery worker processes on the
+Redis broker against the test database — started, killed with SIGKILL mid-job, started again — and the effect
+target the dispatcher delivers to."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+
+@pytest.fixture
+def effect_target():
+    from tests.effect_target import EffectTarget
+
+    target = EffectTarget().start()
+    yield target
+    target.stop()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _redis_broker() -> str | None:
+    url = os.environ.get("CELERY_BROKER_URL", "")
+    if not url.startswith("redis://"):
+        return None
+    try:
+        import redis
+
+        redis.Redis.from_url(url).ping()
+    except Exception:
+        return None
+    return url
+
+
+def process_database_url() -> str:
+    """The test database as a DATABASE_URL, for the server and worker processes the tests start."""
+    db = connection.settings_dict
+    return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+# Job workers that give up on a dead sender's delivery or fence quickly enough for a test (the dispatch window must
+# stay above three timeouts, settings/base.py).
+FAST_RESEND_ENV = {
+    "DISPATCH_TIMEOUT_SECONDS": "2",
+    "DISPATCH_RESEND_AFTER_SECONDS": "7",
+    "FENCE_RESEND_AFTER_SECONDS": "1",
+}
+
+
+class CeleryWorkers:
+    """Real ``celery worker`` processes on the Redis broker, against the test database: start several, kill one
+    with SIGKILL mid-job, start another. Each writes its output to a file (``log()``), never to a pipe that could
+    fill and stall it."""
+
+    def __init__(self, broker: str, log_dir: Path):
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "controlplane.settings.test",
+            "DATABASE_URL": process_database_url(),
+            "CELERY_BROKER_URL": broker,
+            "CELERY_TASK_ALWAYS_EAGER": "false",
+        }
+        self.log_dir = log_dir
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, **env: str) -> subprocess.Popen:
+        log = open(self.log_dir / f"celery-{len(self.procs)}.log", "w")  # noqa: SIM115 - closed by the process
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool", "solo"]
+            + ["--loglevel", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=ROOT,
+            env={**self.env, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def kill(self, proc: subprocess.Popen) -> None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    def log(self) -> str:
+        return "\n".join(path.read_text() for path in sorted(self.log_dir.glob("celery-*.log")))
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture
+def celery_workers(tmp_path) -> Iterator[CeleryWorkers]:
+    broker = _redis_broker()
+    if broker is None:
+        pytest.skip("needs a reachable Redis in CELERY_BROKER_URL (redis://…); .ci/run sets one")
+    _celery_app().connection_for_write().default_channel.client.flushdb()  # no jobs left from earlier runs
+    workers = CeleryWorkers(broker, tmp_path)
+    previous = _celery_app().conf.task_always_eager
+    _celery_app().conf.task_always_eager = False
+    yield workers
+    _celery_app().conf.task_always_eager = previous
+    workers.stop_all()
+
+
+@pytest.fixture
+def celery_worker_process(celery_workers) -> subprocess.Popen:
+    return celery_workers.start()
+
+
+def wait_for(predicate, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _celery_app():
+    from controlplane.celery import app
+
+    return app
