@@ -6,7 +6,7 @@ input serializer) → 404 → 403 (not your attempt) → 409 (the service, in ea
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
@@ -15,9 +15,21 @@ from rest_framework.views import APIView
 
 from . import selectors, services
 from . import serializers as s
-from .models import Namespace, Task
+from .models import Namespace, Principal, Task
 from .pagination import Pagination
 from .permissions import AnyRole, IsOncall, IsOperator, IsTaskCreator, IsWorker
+
+if TYPE_CHECKING:
+
+    class AuthedRequest(Request):
+        """A request past ``claims.auth``: its user is the token's Principal (for the type checker only)."""
+
+        @property  # type: ignore[misc]
+        def user(self) -> Principal:  # type: ignore[override]
+            ...
+
+else:
+    AuthedRequest = Request
 
 
 def error_responses(*codes: int) -> dict[int, Any]:
@@ -96,7 +108,7 @@ def commit_body(committed: services.Committed) -> dict[str, Any]:
 def paginated(view: APIView, request: Request, queryset: Any, render: Any) -> Response:
     paginator = Pagination()
     page = paginator.paginate_queryset(queryset, request, view=view)
-    return paginator.get_paginated_response([render(item) for item in page])
+    return paginator.get_paginated_response([render(item) for item in page or []])
 
 
 def parsed(serializer_class: type, request: Request) -> dict[str, Any]:
@@ -124,7 +136,7 @@ class TaskListCreateApi(APIView):
         "an existing task_id with the same definition returns it (200); anything else is 409 TASK_EXISTS. "
         "An unknown namespace, depends_on task or resource in the body is a 400.",
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: AuthedRequest) -> Response:
         data = parsed(s.TaskCreateIn, request)
         created = services.task_create(principal=request.user, **data)
         task = selectors.task_get(task_id=created.task.task_id)
@@ -136,7 +148,7 @@ class TaskListCreateApi(APIView):
         responses={200: s.TaskPage, **error_responses(400, 401)},
         description="Tasks, oldest first. The frontier is `state=READY`.",
     )
-    def get(self, request: Request) -> Response:
+    def get(self, request: AuthedRequest) -> Response:
         query = s.TaskListQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         return paginated(self, request, selectors.task_list(**query.validated_data), task_body)
@@ -146,7 +158,7 @@ class TaskDetailApi(APIView):
     permission_classes = [AnyRole]
 
     @extend_schema(operation_id="task_get", responses={200: s.TaskOut, **error_responses(401, 404)})
-    def get(self, request: Request, task_id: str) -> Response:
+    def get(self, request: AuthedRequest, task_id: str) -> Response:
         return Response(task_body(selectors.task_get(task_id=task_id)))
 
 
@@ -158,7 +170,7 @@ class TaskEventsApi(APIView):
         responses={200: s.EventPage, **error_responses(401, 404)},
         description="The task's timeline, oldest first. Never secrets or payloads.",
     )
-    def get(self, request: Request, task_id: str) -> Response:
+    def get(self, request: AuthedRequest, task_id: str) -> Response:
         return paginated(self, request, selectors.task_events(task_id=task_id), lambda e: s.EventOut(e).data)
 
 
@@ -173,7 +185,7 @@ class TaskInputApi(APIView):
         "with the old digest gets STALE_INPUT. COMMITTED or CANCELLED: 409 NOT_REVISABLE. The same input again "
         "changes nothing.",
     )
-    def post(self, request: Request, task_id: str) -> Response:
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(s.TaskInputIn, request)
         services.task_revise_input(principal=request.user, task_id=task_id, **data)
         return Response(task_body(selectors.task_get(task_id=task_id)))
@@ -189,7 +201,7 @@ class TaskCancelApi(APIView):
         description="cancel_generation+1, state CANCELLED, the current attempt ends. COMMITTED: 409 "
         "NOT_CANCELLABLE. Cancelling a CANCELLED task changes nothing.",
     )
-    def post(self, request: Request, task_id: str) -> Response:
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(s.ReasonIn, request)
         services.task_cancel(principal=request.user, task_id=task_id, **data)
         return Response(task_body(selectors.task_get(task_id=task_id)))
@@ -205,7 +217,7 @@ class TaskRequeueApi(APIView):
         description="A CANCELLED task back to READY (BLOCKED while predecessors are uncommitted); "
         "cancel_generation stays. Any other state: 409 INVALID_TRANSITION.",
     )
-    def post(self, request: Request, task_id: str) -> Response:
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
         services.task_requeue(principal=request.user, task_id=task_id)
         return Response(task_body(selectors.task_get(task_id=task_id)))
 
@@ -224,7 +236,7 @@ class TaskClaimApi(APIView):
         "409 in order: FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH, NOT_CLAIMABLE (STATE | LEASE_LIVE | "
         "RESOURCE_HELD). Of N concurrent claims exactly one gets 200.",
     )
-    def post(self, request: Request, task_id: str) -> Response:
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(s.ClaimIn, request)
         grant = services.task_claim(principal=request.user, task_id=task_id, **data)
         return Response(claim_body(grant))
@@ -244,7 +256,7 @@ class ClaimNextApi(APIView):
         description="Claim the oldest claimable task of the namespace (default `default`), optionally only of "
         "`node_ids`. Concurrent callers never receive the same task. 409 FENCED (EPOCH) or CLAIMS_PAUSED.",
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: AuthedRequest) -> Response:
         data = parsed(s.ClaimNextIn, request)
         grant = services.task_claim_next(principal=request.user, **data)
         if grant is None:
@@ -262,7 +274,7 @@ class TaskRenewApi(APIView):
         description="New expiry = server-now + extend_seconds (bounded by LEASE_MIN_SECONDS..LEASE_MAX_SECONDS). "
         "409 in order: CANCELLED, FENCED (EPOCH | GENERATION | ATTEMPT | OWNER), EXPIRED.",
     )
-    def post(self, request: Request, task_id: str) -> Response:
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(s.RenewIn, request)
         task = services.task_renew(principal=request.user, task_id=task_id, **data)
         return Response(renew_body(task))
@@ -277,7 +289,7 @@ class TaskReleaseApi(APIView):
         responses={200: s.OutcomeOut, **error_responses(400, 401, 403, 404, 409)},
         description="Task back to READY; the attempt ends. 409 FENCED when the attempt is not current.",
     )
-    def post(self, request: Request, task_id: str) -> Response:
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(s.ReleaseIn, request)
         services.task_release(principal=request.user, task_id=task_id, **data)
         return Response(release_body())
@@ -293,7 +305,7 @@ class TaskResultsApi(APIView):
         description="Stage a result, isolated. Any attempt of the task may stage, whatever the task's state. "
         "`result_digest` must be the digest of `result` (400). The same digest again returns the same record.",
     )
-    def post(self, request: Request, task_id: str) -> Response:
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(s.StageIn, request)
         staged = services.result_stage(principal=request.user, task_id=task_id, **data)
         return Response(
@@ -312,7 +324,7 @@ class TaskCommitApi(APIView):
         "CANCELLED; FENCED (EPOCH | GENERATION | ATTEMPT | LEASE_EXPIRED); STALE_INPUT; STALE_INPUT (RESOURCE); "
         "NOT_STAGED. `resources` must name exactly the task's resources (400).",
     )
-    def post(self, request: Request, task_id: str) -> Response:
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(s.CommitIn, request)
         committed = services.task_commit(principal=request.user, task_id=task_id, **data)
         return Response(commit_body(committed))
@@ -332,13 +344,13 @@ class NamespaceListCreateApi(APIView):
         description="Epoch 1. Served by the core alone (no rollout app) a namespace is V1_ONLY, claim.v1; with the "
         "rollout app, stage V1_ONLY unless given. An existing name: 409 NAMESPACE_EXISTS.",
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: AuthedRequest) -> Response:
         data = parsed(s.NamespaceCreateIn, request)
         namespace = services.namespace_create(principal=request.user, name=data["name"])
         return Response(namespace_body(namespace), status=201)
 
     @extend_schema(operation_id="namespace_list", responses={200: s.NamespacePage, **error_responses(401)})
-    def get(self, request: Request) -> Response:
+    def get(self, request: AuthedRequest) -> Response:
         return paginated(self, request, selectors.namespace_list(), namespace_body)
 
 
@@ -348,7 +360,7 @@ class NamespaceDetailApi(APIView):
     @extend_schema(
         operation_id="namespace_get", responses={200: s.NamespaceDetailOut, **error_responses(401, 404)}
     )
-    def get(self, request: Request, ns: str) -> Response:
+    def get(self, request: AuthedRequest, ns: str) -> Response:
         return Response(namespace_body(selectors.namespace_get(name=ns), drain=True))
 
 
@@ -362,7 +374,7 @@ class NamespaceFenceApi(APIView):
         description="Stop new claims and bump scheduler_epoch. From then every acceptance point rejects the old "
         "epoch and every attempt granted under it — even when it re-sends the new epoch.",
     )
-    def post(self, request: Request, ns: str) -> Response:
+    def post(self, request: AuthedRequest, ns: str) -> Response:
         data = parsed(s.ReasonIn, request)
         namespace = services.epoch_fence(principal=request.user, namespace=ns, **data)
         return Response(
@@ -381,7 +393,7 @@ class NamespaceResumeApi(APIView):
         "optional (the frozen contract sends none) and audited with the principal. While the pause is held — a "
         "rollback draining holds it until it ends — 409 PAUSE_HELD (reason ROLLBACK), whoever asks.",
     )
-    def post(self, request: Request, ns: str) -> Response:
+    def post(self, request: AuthedRequest, ns: str) -> Response:
         data = parsed(s.OptionalReasonIn, request) if request.data else {}
         namespace = services.namespace_resume(principal=request.user, namespace=ns, **data)
         return Response(s.ResumedOut({"outcome": "RESUMED", **namespace_fields(namespace)}).data)

@@ -57,6 +57,3 @@ def reset() -> None:
     global _offset, _frozen
     _offset = timedelta(0)
     _frozen = None
-
-
-_frozen: datetime | None = None  # tests only: a clock that moves only when travel() moves it

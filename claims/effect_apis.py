@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from . import serializers as s
 from . import services
-from .apis import error_responses, parsed
+from .apis import AuthedRequest, error_responses, parsed
 from .errors import NotFound
 from .models import Effect
 from .permissions import AnyRole, IsOperator, IsWorker, _RoleIn
@@ -51,7 +50,7 @@ class EffectPrepareApi(APIView):
         "FENCED). Another digest for the slot: 409 PAYLOAD_CONFLICT with current {effect_id, state, "
         "bound_payload_digest}. Send `idempotency_key` (= effect_id) and your claim_generation downstream.",
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: AuthedRequest) -> Response:
         data = parsed(s.EffectPrepareIn, request)
         prepared = services.effect_prepare(principal=request.user, **data)
         if prepared.outcome == "APPROVAL_REQUIRED":
@@ -68,7 +67,7 @@ class EffectDetailApi(APIView):
     permission_classes = [AnyRole]
 
     @extend_schema(operation_id="effect_get", responses={200: s.EffectDetailOut, **error_responses(401, 404)})
-    def get(self, request: Request, effect_id: str) -> Response:
+    def get(self, request: AuthedRequest, effect_id: str) -> Response:
         effect = Effect.objects.filter(pk=effect_id).first()
         if effect is None:
             raise NotFound("no such effect")
@@ -87,7 +86,7 @@ class EffectApproveApi(APIView):
         description="Approve a NON_REPLAYABLE effect (idempotent). 409 INVALID_TRANSITION for a COMMITTED effect or "
         "one of a REPLAYABLE task.",
     )
-    def post(self, request: Request, effect_id: str) -> Response:
+    def post(self, request: AuthedRequest, effect_id: str) -> Response:
         data = parsed(s.EffectApproveIn, request)
         services.effect_approve(principal=request.user, effect_id=effect_id, **data)
         return Response({"outcome": "APPROVED"})
@@ -107,7 +106,7 @@ class EffectOutcomeApi(APIView):
         "operator reconciled it), an older attempt's report is 409 FENCED (ATTEMPT). While a dispatch of the effect "
         "is in flight its delivery records the outcome: a report is 409 INVALID_TRANSITION (DISPATCH_IN_FLIGHT).",
     )
-    def post(self, request: Request, effect_id: str) -> Response:
+    def post(self, request: AuthedRequest, effect_id: str) -> Response:
         data = parsed(s.EffectOutcomeIn, request)
         effect = services.effect_record_outcome(principal=request.user, effect_id=effect_id, **data)
         return Response({"outcome": "RECORDED", "state": effect.state})
@@ -127,7 +126,7 @@ class EffectReconcileApi(APIView):
         description="Only from UNKNOWN (else 409 NOT_UNKNOWN). OCCURRED → COMMITTED; NOT_OCCURRED → PREPARED, to be "
         "executed under the same key. By the current attempt (a worker names it) or by an operator (audited).",
     )
-    def post(self, request: Request, effect_id: str) -> Response:
+    def post(self, request: AuthedRequest, effect_id: str) -> Response:
         serializer = s.EffectReconcileIn(data=request.data, context={"principal": request.user})
         serializer.is_valid(raise_exception=True)
         effect = services.effect_reconcile(
@@ -153,7 +152,7 @@ class EffectDispatchApi(APIView):
         "the payload with Idempotency-Key, X-Claim-Generation and X-Fence-Token headers. `target` must be "
         "http(s) on DISPATCH_ALLOWED_HOSTS (400). A repeat while the intent is in flight returns it.",
     )
-    def post(self, request: Request, effect_id: str) -> Response:
+    def post(self, request: AuthedRequest, effect_id: str) -> Response:
         data = parsed(s.EffectDispatchIn, request)
         intent, _created = services.effect_dispatch(principal=request.user, effect_id=effect_id, **data)
         return Response({"outcome": "DISPATCH_RECORDED", "dispatch_id": str(intent.pk)}, status=201)
@@ -178,7 +177,7 @@ class ResourceCreateApi(APIView):
         responses={201: s.ResourceOut, **error_responses(400, 401, 403, 409)},
         description="A new incarnation at revision 0; the key's fence token carries on. A live key: RESOURCE_EXISTS.",
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: AuthedRequest) -> Response:
         data = parsed(s.ResourceCreateIn, request)
         view = services.resource_create(principal=request.user, **data)
         body = _resource_body(view)
@@ -195,7 +194,7 @@ class ResourceDetailApi(APIView):
         responses={200: s.ResourceOut, **error_responses(401, 404)},
         description="The live incarnation, its revision, the newest fence token and the attempt holding it.",
     )
-    def get(self, request: Request, key: str) -> Response:
+    def get(self, request: AuthedRequest, key: str) -> Response:
         return Response(_resource_body(services.resource_get(resource_key=key)))
 
     @extend_schema(
@@ -203,7 +202,7 @@ class ResourceDetailApi(APIView):
         responses={204: None, **error_responses(401, 403, 404)},
         description="End the incarnation. Creating the key again starts a new one at revision 0.",
     )
-    def delete(self, request: Request, key: str) -> Response:
+    def delete(self, request: AuthedRequest, key: str) -> Response:
         services.resource_delete(principal=request.user, resource_key=key)
         return Response(status=204)
 
@@ -219,7 +218,7 @@ class ResourceCheckApi(APIView):
         "newest and the attempt that took it is live; 409 STALE_INPUT (REVISION); else 200 CURRENT. Receivers "
         "that can should enforce the token atomically in their own database (claims.receiver).",
     )
-    def post(self, request: Request, key: str) -> Response:
+    def post(self, request: AuthedRequest, key: str) -> Response:
         data = parsed(s.ResourceCheckIn, request)
         services.resource_check(resource_key=key, **data)
         return Response({"outcome": "CURRENT"})

@@ -10,7 +10,7 @@ aggregate queries; histograms are bucketed in SQL.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from django.conf import settings
 from django.db.models import Count, F, Q, Sum
@@ -26,8 +26,10 @@ LATENCY_BUCKETS = [0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600]
 ATTEMPT_BUCKETS = [1, 2, 3, 4, 5, 8, 13]
 
 
-def _histogram(name: str, doc: str, values: list[float], buckets: list[float]) -> HistogramMetricFamily:
-    counts, total = [], 0
+def _histogram(
+    name: str, doc: str, values: Sequence[float], buckets: Sequence[float]
+) -> HistogramMetricFamily:
+    counts: list[tuple[str, float]] = []
     ordered = sorted(values)
     index = 0
     for bound in buckets:

@@ -29,6 +29,8 @@ Tokens of a key never restart (not even when the resource is deleted and created
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import IntegrityError, models, transaction
 
 
@@ -51,7 +53,7 @@ class FenceGuard(models.Model):
         abstract = True
 
 
-def guard_write(model: type[FenceGuard], *, resource_key: str, token: int) -> None:
+def guard_write(model: Any, *, resource_key: str, token: int) -> None:
     """Accept ``token`` for ``resource_key`` or raise StaleToken — call it inside the transaction of the write.
 
     A compare-and-set: ``UPDATE … SET highest_token = token WHERE resource_key = key AND highest_token <= token``.

@@ -341,8 +341,8 @@ class NamespaceOut(serializers.Serializer):
     name = serializers.CharField()
     scheduler_epoch = serializers.IntegerField()
     claims_paused = serializers.BooleanField()
-    stage = serializers.CharField()
-    min_protocol = serializers.CharField()
+    stage: serializers.Field = serializers.CharField()
+    min_protocol: serializers.Field = serializers.CharField()
 
 
 class NamespaceDetailOut(NamespaceOut):
@@ -361,7 +361,8 @@ class FenceOut(serializers.Serializer):
 
 class InvalidOut(serializers.Serializer):
     outcome = serializers.CharField(default="INVALID")
-    errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
+    # A declared field: DRF's metaclass takes it off the class, so it never shadows Serializer.errors at run time.
+    errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))  # type: ignore[assignment]
 
 
 class ConflictOut(serializers.Serializer):

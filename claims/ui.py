@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import wraps
 from html import escape
 
@@ -50,7 +50,9 @@ def report(request: HttpRequest, exc: ClaimError) -> None:
     messages.error(request, f"{word}{f' ({reason})' if reason and reason != word else ''}: {detail}")
 
 
-def bar_chart(series: list[tuple[str, float]], *, width: int = 560, height: int = 120, unit: str = "") -> str:
+def bar_chart(
+    series: Sequence[tuple[str, float]], *, width: int = 560, height: int = 120, unit: str = ""
+) -> str:
     """A small SVG bar chart drawn by the project (no CDN, no JS), with a text title per bar for screen readers."""
     if not series:
         return '<p class="muted">No data yet.</p>'

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from claims.apis import error_responses, parsed
+from claims.apis import AuthedRequest, error_responses, parsed
 from claims.permissions import IsWorker
 from claims.serializers import OutcomeOut
 
@@ -52,7 +51,7 @@ class LegacyClaimApi(APIView):
         description="Legacy claim: 200 {owner_id, expires_at}; 409 {outcome: HELD, owner_id, expires_at} "
         "while another owner's claim is unexpired; 409 PROTOCOL_TOO_OLD from V1_WRITES on.",
     )
-    def post(self, request: Request, task_id: str) -> Response:
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(s.LegacyClaimIn, request)
         answer = legacy_operation("claim", principal=request.user, task_id=task_id, **data)
         return _answer(
@@ -71,7 +70,7 @@ class LegacyHeartbeatApi(APIView):
         tags=["legacy"],
         responses={200: s.LegacyHeartbeatOut, **_errors()},
     )
-    def post(self, request: Request, task_id: str) -> Response:
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(s.LegacyClaimIn, request)
         answer = legacy_operation("heartbeat", principal=request.user, task_id=task_id, **data)
         return _answer(answer, s.LegacyHeartbeatOut, {"expires_at": answer.verdict.expires_at})
@@ -86,7 +85,7 @@ class LegacyReleaseApi(APIView):
         tags=["legacy"],
         responses={200: OutcomeOut, **_errors()},
     )
-    def post(self, request: Request, task_id: str) -> Response:
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(s.LegacyReleaseIn, request)
         answer = legacy_operation("release", principal=request.user, task_id=task_id, **data)
         return _answer(answer, OutcomeOut, {"outcome": "RELEASED"})
@@ -102,7 +101,7 @@ class LegacyCompleteApi(APIView):
         responses={200: OutcomeOut, **_errors()},
         description="Unconditional: last write wins (that is the legacy protocol).",
     )
-    def post(self, request: Request, task_id: str) -> Response:
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(s.LegacyCompleteIn, request)
         answer = legacy_operation("complete", principal=request.user, task_id=task_id, **data)
         return _answer(answer, OutcomeOut, {"outcome": "COMPLETED"})

@@ -181,7 +181,8 @@ class DrainSnapshot(models.Model):
     active_leases = models.PositiveIntegerField()
     unknown_effects = models.PositiveIntegerField()
     awaiting_commit = models.PositiveIntegerField()
-    clean = models.BooleanField()
+    # ``clean`` in the database and the API; not as the attribute, which would shadow Model.clean().
+    is_clean = models.BooleanField(db_column="clean")
     clean_streak = models.PositiveIntegerField()
     taken_at = models.DateTimeField()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
-from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -15,7 +14,7 @@ from claims import apis as core_apis
 from claims import selectors as core_selectors
 from claims import serializers as core_s
 from claims import services as core
-from claims.apis import error_responses, paginated, parsed
+from claims.apis import AuthedRequest, error_responses, paginated, parsed
 from claims.models import Namespace
 from claims.permissions import AnyRole, IsOncall, IsOperator
 
@@ -40,13 +39,13 @@ class NamespaceListCreateApi(APIView):
         description="Epoch 1, stage V1_ONLY unless given (a namespace being migrated from the legacy table is "
         "created at LEGACY). An existing name: 409 NAMESPACE_EXISTS.",
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: AuthedRequest) -> Response:
         data = parsed(s.NamespaceCreateIn, request)
         namespace = state.namespace_create(principal=request.user, **data)
         return Response(s.NamespaceOut(namespace_fields(namespace)).data, status=201)
 
     @extend_schema(operation_id="namespace_list", responses={200: s.NamespacePage, **error_responses(401)})
-    def get(self, request: Request) -> Response:
+    def get(self, request: AuthedRequest) -> Response:
         rows = core_selectors.namespace_list().select_related("rollout")
         return paginated(self, request, rows, lambda ns: s.NamespaceOut(namespace_fields(ns)).data)
 
@@ -57,7 +56,7 @@ class NamespaceDetailApi(APIView):
     @extend_schema(
         operation_id="namespace_get", responses={200: s.NamespaceDetailOut, **error_responses(401, 404)}
     )
-    def get(self, request: Request, ns: str) -> Response:
+    def get(self, request: AuthedRequest, ns: str) -> Response:
         namespace = core_selectors.namespace_get(name=ns)
         # The rollout's drain counts (claim.v1's live leases and the legacy API's): the figures the drain API, the
         # console and the V1_WRITES → V1_ONLY gate use.
@@ -76,7 +75,7 @@ class NamespaceResumeApi(APIView):
         "optional and audited with the principal. While a rollback drains, it holds the pause: 409 PAUSE_HELD "
         "(reason ROLLBACK), whoever asks.",
     )
-    def post(self, request: Request, ns: str) -> Response:
+    def post(self, request: AuthedRequest, ns: str) -> Response:
         data = parsed(core_s.OptionalReasonIn, request) if request.data else {}
         namespace = core.namespace_resume(principal=request.user, namespace=ns, **data)
         return Response(s.ResumedOut({"outcome": "RESUMED", **namespace_fields(namespace)}).data)

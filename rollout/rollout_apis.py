@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from claims.apis import error_responses, paginated, parsed
+from claims.apis import AuthedRequest, error_responses, paginated, parsed
 from claims.models import AuditEntry
 from claims.permissions import AnyRole, IsOncall, IsOperator, IsWorker
 
@@ -44,7 +44,7 @@ class RolloutApi(APIView):
         "job, and by every advance), with its age. A read records nothing: `gates` is empty until the first "
         "evaluation of this stage's gate.",
     )
-    def get(self, request: Request, ns: str) -> Response:
+    def get(self, request: AuthedRequest, ns: str) -> Response:
         namespace = selectors.namespace_or_404(ns)
         stage = selectors.stage_of(namespace)
         gate = selectors.last_gate(namespace, stage)
@@ -74,7 +74,7 @@ class AdvanceApi(APIView):
         "claims are paused is 409 CLAIMS_PAUSED (the import of live legacy claims would grant nothing). override "
         "(oncall, with a reason) moves anyway and is recorded as an override.",
     )
-    def post(self, request: Request, ns: str) -> Response:
+    def post(self, request: AuthedRequest, ns: str) -> Response:
         data = parsed(s.AdvanceIn, request)
         stage, gate = stages.advance(principal=request.user, namespace=ns, **data)
         return Response(s.AdvancedOut({"outcome": "ADVANCED", "stage": stage, "gate": _gate(gate)}).data)
@@ -94,7 +94,7 @@ class RollbackApi(APIView):
         description="Epoch fence → namespace-wide drain → stage back → claims stay paused. 202 while the "
         "drain is not clean; re-POST to check again, or with force and a reason to finish anyway.",
     )
-    def post(self, request: Request, ns: str) -> Response:
+    def post(self, request: AuthedRequest, ns: str) -> Response:
         data = parsed(s.RollbackIn, request)
         rollback: Rollback = stages.rollback(principal=request.user, namespace=ns, **data)
         namespace = selectors.namespace_or_404(ns)
@@ -123,7 +123,7 @@ class MismatchListApi(APIView):
         parameters=[s.MismatchQuery],
         responses={200: s.MismatchPage, **error_responses(400, 401, 404)},
     )
-    def get(self, request: Request, ns: str) -> Response:
+    def get(self, request: AuthedRequest, ns: str) -> Response:
         selectors.namespace_or_404(ns)
         query = s.MismatchQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
@@ -139,7 +139,7 @@ class MismatchReviewApi(APIView):
         request=s.ReviewIn,
         responses={200: s.MismatchOut, **error_responses(400, 401, 403, 404)},
     )
-    def post(self, request: Request, mismatch_id: int) -> Response:
+    def post(self, request: AuthedRequest, mismatch_id: int) -> Response:
         data = parsed(s.ReviewIn, request)
         return Response(
             s.MismatchOut(mismatch_review(principal=request.user, mismatch_id=mismatch_id, **data)).data
@@ -154,7 +154,7 @@ class ExplainRuleApi(APIView):
         request=s.ExplainRuleIn,
         responses={201: s.ExplainRuleOut, **error_responses(400, 401, 403, 404)},
     )
-    def post(self, request: Request, ns: str) -> Response:
+    def post(self, request: AuthedRequest, ns: str) -> Response:
         data = parsed(s.ExplainRuleIn, request)
         rule = explain_rule_create(principal=request.user, namespace=ns, **data)
         return Response(s.ExplainRuleOut(rule).data, status=201)
@@ -164,7 +164,7 @@ class CoverageApi(APIView):
     permission_classes = [AnyRole]
 
     @extend_schema(operation_id="coverage_get", responses={200: s.CoverageOut, **error_responses(401, 404)})
-    def get(self, request: Request, ns: str) -> Response:
+    def get(self, request: AuthedRequest, ns: str) -> Response:
         return Response(s.CoverageOut(selectors.coverage(selectors.namespace_or_404(ns))).data)
 
 
@@ -176,7 +176,7 @@ class WaiveApi(APIView):
         request=s.WaiveIn,
         responses={201: s.WaiverOut, **error_responses(400, 401, 403, 404)},
     )
-    def post(self, request: Request, ns: str) -> Response:
+    def post(self, request: AuthedRequest, ns: str) -> Response:
         data = parsed(s.WaiveIn, request)
         waiver = stages.waive_coverage(principal=request.user, namespace=ns, **data)
         return Response(s.WaiverOut(waiver).data, status=201)
@@ -203,7 +203,7 @@ class DrainApi(APIView):
             **error_responses(400, 401, 404),
         },
     )
-    def get(self, request: Request, ns: str) -> Response:
+    def get(self, request: AuthedRequest, ns: str) -> Response:
         namespace = selectors.namespace_or_404(ns)
         return Response(s.SnapshotOut(selectors.drain_now(namespace, _pool(request))).data)
 
@@ -213,7 +213,7 @@ class DrainApi(APIView):
         parameters=[s.DrainQuery],
         responses={201: s.SnapshotOut, **error_responses(400, 401, 403, 404)},
     )
-    def post(self, request: Request, ns: str) -> Response:
+    def post(self, request: AuthedRequest, ns: str) -> Response:
         pool = _pool(request)
         stages.drain_snapshot(namespace=ns, pool=pool or None)
         return Response(
@@ -225,7 +225,7 @@ class PoolsApi(APIView):
     permission_classes = [AnyRole]
 
     @extend_schema(operation_id="pools_list", responses={200: s.PoolsOut})
-    def get(self, request: Request) -> Response:
+    def get(self, request: AuthedRequest) -> Response:
         return Response(s.PoolsOut({"results": selectors.pools()}).data)
 
 
@@ -233,7 +233,7 @@ class AuditApi(APIView):
     permission_classes = [IsOperator]
 
     @extend_schema(operation_id="audit_list", responses={200: s.AuditPage})
-    def get(self, request: Request) -> Response:
+    def get(self, request: AuthedRequest) -> Response:
         rows = AuditEntry.objects.order_by("-at", "-id")
         return paginated(self, request, rows, lambda e: s.AuditOut(e).data)
 
@@ -249,7 +249,7 @@ class RegisterApi(APIView):
         "(claim.v1 from V1_WRITES on, or per min_protocol); the worker's claims are then refused until "
         "it registers again with a newer protocol.",
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: AuthedRequest) -> Response:
         data = parsed(s.RegisterIn, request)
         reg = workers.worker_register(principal=request.user, **data)
         return Response(s.RegisteredOut(reg).data, status=201)
@@ -263,7 +263,7 @@ class HeartbeatApi(APIView):
         request=s.HeartbeatIn,
         responses={200: s.WorkerHeartbeatOut, **error_responses(400, 401, 403, 404, 409)},
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: AuthedRequest) -> Response:
         data = parsed(s.HeartbeatIn, request)
         reg = workers.worker_heartbeat(principal=request.user, **data)
         return Response(s.WorkerHeartbeatOut(reg).data)

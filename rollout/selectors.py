@@ -68,7 +68,7 @@ def stage_of(namespace: Namespace) -> str:
     return rollout_state(namespace)[0]
 
 
-ORDER = [Stage.LEGACY, Stage.SHADOW, Stage.V1_READS, Stage.V1_WRITES, Stage.V1_ONLY]
+ORDER: list[str] = [Stage.LEGACY, Stage.SHADOW, Stage.V1_READS, Stage.V1_WRITES, Stage.V1_ONLY]
 
 
 def next_stage(stage: str) -> str | None:
@@ -217,7 +217,7 @@ def fresh_v1_workers(namespace: Namespace, now: datetime | None = None) -> int:
 # its result is, so the task read and the frontier show the legacy view; from V1_READS on, claim.v1's. ---
 
 
-def with_legacy_state(tasks: QuerySet[Task]) -> QuerySet[Task]:
+def with_legacy_state(tasks: QuerySet[Task]) -> QuerySet[Any]:
     """Annotate ``read_state``: the state a reader sees where the legacy store is authoritative."""
     now = clock.now()
     rows = LegacyClaim.objects.filter(task_id=OuterRef("pk"))
@@ -243,7 +243,7 @@ def legacy_view(task: Task) -> Task:
     if stage_of(task.namespace) not in LEGACY_READS:
         return task
     view = copy.copy(task)
-    view.read_from = "legacy"
+    setattr(view, "read_from", "legacy")  # noqa: B010 - an attribute the read adds, not a field
     if task.state in (TaskState.BLOCKED, TaskState.CANCELLED):
         return view
     row = LegacyClaim.objects.filter(pk=task.task_id).first()
@@ -292,7 +292,7 @@ def drain_now(namespace: Namespace, pool: str = "") -> dict[str, Any]:
             "active_leases": snapshot.active_leases,
             "unknown_effects": snapshot.unknown_effects,
             "awaiting_commit": snapshot.awaiting_commit,
-            "clean": snapshot.clean,
+            "clean": snapshot.is_clean,
             "clean_streak": snapshot.clean_streak,
             "taken_at": snapshot.taken_at,
         }

@@ -3,6 +3,8 @@ must run alone take a named advisory lock (claims.locks.singleton)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
 from django.db import DatabaseError
 
@@ -53,7 +55,7 @@ def drain_check(namespace: str | None = None, pool: str | None = None) -> list[d
     out = []
     for name in names:
         snapshot = stages.drain_snapshot(namespace=name, pool=pool)
-        out.append({"namespace": name, "clean": snapshot.clean, "clean_streak": snapshot.clean_streak})
+        out.append({"namespace": name, "clean": snapshot.is_clean, "clean_streak": snapshot.clean_streak})
     return out
 
 
@@ -95,7 +97,7 @@ def compare_shadow(namespace: str | None = None) -> dict:
 @shared_task(name="rollout.advance_rollback", **_RETRY)
 def advance_rollback(rollback_id: str | None = None) -> list[dict]:
     """Drive running rollbacks through their drain (the one named, or every running one)."""
-    ids = (
+    ids: list[Any] = (
         [rollback_id]
         if rollback_id
         else list(Rollback.objects.filter(finished_at__isnull=True).values_list("pk", flat=True))

@@ -34,6 +34,7 @@ from .models import (
     LegacyClaim,
     LegacyEvent,
     Mismatch,
+    MismatchReason,
     MismatchStatus,
     Rollback,
     Stage,
@@ -236,7 +237,7 @@ def mismatches(request: HttpRequest, ns: str) -> HttpResponse:
             grouped=grouped,
             reason=reason,
             status=status,
-            reasons=[choice for choice, _ in Mismatch._meta.get_field("reason").choices],
+            reasons=list(MismatchReason.values),
             chart=bar_chart(series, unit=" mismatches"),
         ),
     )

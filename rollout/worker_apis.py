@@ -8,14 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer, extend_schema
-from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from claims import apis as core_apis
 from claims import selectors as core_selectors
 from claims import serializers as core_s
-from claims.apis import error_responses, paginated, parsed
+from claims.apis import AuthedRequest, error_responses, paginated, parsed
 from claims.permissions import AnyRole, IsTaskCreator, IsWorker
 
 from . import selectors
@@ -64,7 +63,7 @@ class TaskClaimApi(APIView):
         "409 in order: FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH, NOT_CLAIMABLE (STATE | LEASE_LIVE | "
         "RESOURCE_HELD)." + _ROUTING,
     )
-    def post(self, request: Request, task_id: str) -> Response:
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(core_s.ClaimIn, request)
         routed = routing.route("claim", principal=request.user, task_id=task_id, data=data)
         if routed.decided_by == routing.CLAIM_V1:
@@ -82,7 +81,7 @@ class TaskRenewApi(APIView):
         description="New expiry = server-now + extend_seconds. 409 in order: CANCELLED, FENCED (EPOCH | "
         "GENERATION | ATTEMPT | OWNER), EXPIRED." + _ROUTING,
     )
-    def post(self, request: Request, task_id: str) -> Response:
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(core_s.RenewIn, request)
         routed = routing.route("renew", principal=request.user, task_id=task_id, data=data)
         if routed.decided_by == routing.CLAIM_V1:
@@ -100,7 +99,7 @@ class TaskReleaseApi(APIView):
         description="Task back to READY; the attempt ends. 409 FENCED when the attempt is not current."
         + _ROUTING,
     )
-    def post(self, request: Request, task_id: str) -> Response:
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(core_s.ReleaseIn, request)
         routed = routing.route("release", principal=request.user, task_id=task_id, data=data)
         if routed.decided_by == routing.CLAIM_V1:
@@ -120,7 +119,7 @@ class TaskCommitApi(APIView):
         "NOT_STAGED. Where legacy decides, a commit is a legacy complete with this attempt's staged result; with "
         "none staged the core answers." + _ROUTING,
     )
-    def post(self, request: Request, task_id: str) -> Response:
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(core_s.CommitIn, request)
         routed = routing.route("commit", principal=request.user, task_id=task_id, data=data)
         if routed.decided_by == routing.CLAIM_V1:
@@ -143,7 +142,7 @@ class ClaimNextApi(APIView):
         "`node_ids`. Concurrent callers never receive the same task. 409 FENCED (EPOCH) or CLAIMS_PAUSED. "
         "claim.v1 picks in every open stage; where legacy decides it then decides the grant." + _ROUTING,
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: AuthedRequest) -> Response:
         data = parsed(core_s.ClaimNextIn, request)
         routed = routing.route_claim_next(principal=request.user, data=data)
         if routed.value is None:
@@ -161,7 +160,7 @@ class TaskDetailApi(APIView):
         responses={200: s.ReadFromOut, **error_responses(401, 404)},
         description="In LEGACY and SHADOW the holder, expiry and result are the legacy store's (`read_from`).",
     )
-    def get(self, request: Request, task_id: str) -> Response:
+    def get(self, request: AuthedRequest, task_id: str) -> Response:
         task = selectors.legacy_view(core_selectors.task_get(task_id=task_id))
         return Response(s.ReadFromOut(task).data)
 
@@ -179,7 +178,7 @@ class TaskListCreateApi(core_apis.TaskListCreateApi):
         description="Tasks, oldest first. The frontier is `state=READY`; in LEGACY and SHADOW the state is the "
         "legacy store's.",
     )
-    def get(self, request: Request) -> Response:
+    def get(self, request: AuthedRequest) -> Response:
         query = core_s.TaskListQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         state = query.validated_data.get("state")

@@ -11,7 +11,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 
 from .. import clock
 from ..errors import Conflict, NotFound
@@ -36,7 +36,7 @@ class NamespaceHold:
 
 
 def locked_rows(
-    model: type, where: str, params: list[Any], *, order: str, lock: str
+    model: type[models.Model], where: str, params: list[Any], *, order: str, lock: str
 ) -> tuple[list[Any], Any]:
     """Rows of ``model`` matching ``where``, locked in ``order`` (the documented lock order's tie-break), and the
     database clock read after the locks are held (None on SQLite: ``NamespaceHold.at`` reads the server's)."""
@@ -253,7 +253,7 @@ class RejectionLog:
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    ) -> None:
         if isinstance(exc, Conflict) and self.namespace_id is not None and not _synthetic.get():
             with transaction.atomic(durable=True):
                 append_event(
@@ -269,4 +269,3 @@ class RejectionLog:
                     point=self.point,
                     detail={"outcome": exc.outcome, "reason": exc.reason},
                 )
-        return False

@@ -207,7 +207,8 @@ def _converters(
     (JSON decoding, UUIDs and datetimes from SQLite's text, …). Columns that are not fields are kept as
     attributes as they come (``db_now``)."""
     by_column = {field.column: field for field in model._meta.concrete_fields}
-    names, converters = [], []
+    names: list[str] = []
+    converters: list[Any] = []
     for column in columns:
         field = by_column.get(column)
         if field is None:
@@ -215,7 +216,7 @@ def _converters(
             converters.append(None)
             continue
         expression = field.get_col(model._meta.db_table)
-        chain = _db().ops.get_db_converters(expression) + field.get_db_converters(_db())
+        chain = _db().ops.get_db_converters(expression) + field.get_db_converters(_db())  # type: ignore[attr-defined]
         names.append(field.attname)
         converters.append((expression, chain) if chain else None)
     return names, converters
@@ -247,7 +248,7 @@ def load(model: type[models.Model], sql: str, params: list[Any]) -> list[Any]:
                 for converter in chain:
                     value = converter(value, expression, db)
             values[name] = value
-        instance = model.from_db(db.alias, None, [values[f.attname] for f in model._meta.concrete_fields])
+        instance = model.from_db(db.alias, None, [values[f.attname] for f in model._meta.concrete_fields])  # type: ignore[arg-type]
         for name in values.keys() - field_names:
             setattr(instance, name, values[name])
         loaded.append(instance)

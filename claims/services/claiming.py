@@ -47,6 +47,7 @@ def _claimable(task: Task, ns: NamespaceHold) -> tuple[bool, str]:
     if task.state == TaskState.CLAIMED:
         if task.scheduler_epoch < ns.scheduler_epoch:
             return True, ""  # the fence ended that claim
+        assert task.lease_expires_at is not None  # a CLAIMED row has a lease (task_claimed_has_claim)
         if task.lease_expires_at <= ns.now:
             return True, ""  # a reclaim
         return False, "LEASE_LIVE"
@@ -141,6 +142,7 @@ def task_claim(
 def _previous_claim(task: Task, ns: NamespaceHold) -> dict[str, Any]:
     """The claim a reclaim ends, read before the row is overwritten."""
     fenced_by_epoch = task.scheduler_epoch < ns.scheduler_epoch
+    assert task.lease_expires_at is not None  # a CLAIMED row has a lease (task_claimed_has_claim)
     return {
         "attempt_id": str(task.attempt_id),
         "owner_id": task.owner_id,
@@ -161,6 +163,7 @@ def _grant(
 ) -> ClaimGrant:
     """The writes of a won claim, inside the caller's transaction, once the task row carries the new claim:
     end the previous attempt (expired or fenced), create the new one, append `claimed` or `reclaimed`."""
+    assert task.attempt_id is not None and task.lease_expires_at is not None  # the claim just written
     writes = []
     if previous is not None:
         writes.append(

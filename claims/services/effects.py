@@ -42,6 +42,7 @@ from ..models import (
     EventKind,
     Principal,
     ReplayPolicy,
+    ResourceKey,
     Role,
 )
 from . import ledger
@@ -100,8 +101,19 @@ def _authorise(at: Acceptance) -> None:
     at.require_live_lease()
 
 
-def _lock_effect(effect_id: str) -> Effect | None:
-    return Effect.objects.select_for_update().filter(pk=effect_id).first()
+# What a worker may do next, by the state its prepare found the effect in (FAILED was moved back to PREPARED).
+_NEXT_STEP: dict[str, str] = {
+    E.PREPARED: "PREPARED",
+    E.UNKNOWN: "RECONCILE_REQUIRED",
+    E.COMMITTED: "ALREADY_COMMITTED",
+}
+
+
+def _lock_effect(effect_id: str) -> Effect:
+    effect = Effect.objects.select_for_update().filter(pk=effect_id).first()
+    if effect is None:
+        raise NotFound("no such effect")
+    return effect
 
 
 def _task_of(effect_id: str) -> str:
@@ -137,12 +149,13 @@ def effect_prepare(
         scheduler_epoch=scheduler_epoch,
         owner_id=owner_id,
         effect_slot=effect_slot,
-    ) as (at, effect):
+    ) as (at, existing):
         ns, task = at.ns, at.task
         _authorise(at)
         eid = make_effect_id(task.task_id, task.node_id, effect_slot)
-        created = effect is None
-        if created:
+        created = existing is None
+        effect: Effect
+        if existing is None:
             # The task row lock serialises every prepare of this task, so the insert cannot race another.
             effect = Effect.objects.create(
                 effect_id=eid,
@@ -166,7 +179,7 @@ def effect_prepare(
                 claim_generation=claim_generation,
                 detail={"payload_digest": payload_digest},
             )
-        elif effect.payload_digest != payload_digest:
+        elif (effect := existing).payload_digest != payload_digest:
             raise PayloadConflict(
                 "this slot is bound to another payload", current=ledger.effect_current(effect)
             )
@@ -191,9 +204,7 @@ def effect_prepare(
                 claim_generation=claim_generation,
                 detail={"state": effect.state},
             )
-        outcome = {E.PREPARED: "PREPARED", E.UNKNOWN: "RECONCILE_REQUIRED", E.COMMITTED: "ALREADY_COMMITTED"}[
-            effect.state
-        ]
+        outcome = _NEXT_STEP[effect.state]
         if outcome == "PREPARED" and effect.non_replayable and effect.approved_at is None:
             outcome = "APPROVAL_REQUIRED"
         ledger.task_event(
@@ -441,7 +452,7 @@ def effect_dispatch(
         ns, task = at.ns, at.task
         if effect is None:
             raise NotFound("no such effect")
-        keys = []
+        keys: list[ResourceKey] = []
         if task.resources:  # the last lock of the order (after task and effect); the clock is read after it
             keys, db_now = lock_keys(sorted(task.resources), lock="FOR SHARE")
             at.after(db_now)

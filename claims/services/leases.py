@@ -11,7 +11,17 @@ from django.db.models import Exists, OuterRef
 
 from .. import clock, interleave
 from ..errors import Expired
-from ..models import AcceptancePoint, Attempt, AttemptEnd, EventKind, Principal, Task, TaskEvent, TaskState
+from ..models import (
+    AcceptancePoint,
+    Attempt,
+    AttemptEnd,
+    EventKind,
+    Principal,
+    ResourceKey,
+    Task,
+    TaskEvent,
+    TaskState,
+)
 from ..states import check_transition
 from . import _sql
 from ._base import append_event, event_statement, new_event
@@ -49,7 +59,7 @@ def task_renew(
         task = at.task
         at.require_owner()
         at.resolve_attempt()
-        keys = []
+        keys: list[ResourceKey] = []
         if task.resources:  # locked before anything is decided; the clock is read after them
             keys, db_now = lock_keys(sorted(task.resources), lock="FOR SHARE")
             at.after(db_now)
@@ -183,7 +193,7 @@ def leases_reap(*, limit: int = 500) -> int:
                     claim_generation=generation,
                     scheduler_epoch=epoch,
                     owner_id=owner,
-                    detail={"lease_expires_at": lease.isoformat()},
+                    detail={"lease_expires_at": lease.isoformat() if lease else None},
                 )
                 for task_id, ns_id, attempt_id, generation, epoch, owner, lease in expired
             ]

@@ -17,8 +17,8 @@ from ._base import NamespaceHold, append_event
 E = EffectState
 
 # A reported outcome moves the effect; anything else is INVALID_TRANSITION.
-OUTCOME_FROM = {E.PREPARED, E.UNKNOWN}
-EVENT_FOR_STATE = {
+OUTCOME_FROM: set[str] = {E.PREPARED, E.UNKNOWN}
+EVENT_FOR_STATE: dict[str, EventKind] = {
     E.COMMITTED: EventKind.EFFECT_COMMITTED,
     E.UNKNOWN: EventKind.EFFECT_UNKNOWN,
     E.FAILED: EventKind.EFFECT_FAILED,

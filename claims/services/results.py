@@ -17,6 +17,8 @@ from ..models import (
     AttemptEnd,
     EventKind,
     Principal,
+    Resource,
+    ResourceKey,
     StagedResult,
     Task,
     TaskDependency,
@@ -158,13 +160,19 @@ def task_commit(
             and task.result_digest == result_digest
         ):
             stored = StagedResult.objects.get(task_id=task_id, canonical=True)
-            return Committed(result_commit_id=stored.commit_id, unblocked=list(stored.unblocked), repeat=True)
-        locked: tuple = ({}, {})
+            assert (
+                stored.commit_id is not None
+            )  # a canonical row carries its commit (staged_canonical_complete)
+            return Committed(
+                result_commit_id=stored.commit_id, unblocked=list(stored.unblocked or []), repeat=True
+            )
+        keys: dict[str, ResourceKey] = {}
+        live: dict[str, Resource] = {}
         if task.resources:
             # Every lock this commit takes is taken before anything is decided — the task row, then the resource
             # keys (a claim of another task cannot take a newer token between our read and our write), then their
             # incarnations — and the lease is judged on the clock read after them, not before a wait on them.
-            *locked, db_now = lock_commit_resources(task.resources)
+            keys, live, db_now = lock_commit_resources(task.resources)
             at.after(db_now)
         at.require_not_cancelled(observed_cancel_generation)
         at.require_current_attempt(check_owner=False)
@@ -173,7 +181,7 @@ def task_commit(
         if input_digest != task.input_digest:
             raise StaleInput("the input was revised: re-read it and compute again", current=current)
         incarnations = check_commit_resources(
-            attempt_id=attempt_id, named=resources or [], locked=tuple(locked), current=current
+            attempt_id=attempt_id, named=resources or [], locked=(keys, live), current=current
         )
         # Check 5 and the canonical flip in one statement: the staged row becomes canonical, or there is none.
         # The partial unique index one_canonical_commit_per_task is what makes a second canonical row impossible.

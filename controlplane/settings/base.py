@@ -103,7 +103,7 @@ if DATABASE_URL:
 else:
     _db = {
         "ENGINE": "django.db.backends.sqlite3",
-        "NAME": VAR_DIR / "controlplane.sqlite3",
+        "NAME": str(VAR_DIR / "controlplane.sqlite3"),
         "OPTIONS": {
             "transaction_mode": "IMMEDIATE",
             "timeout": 30,

@@ -61,6 +61,7 @@ def fence_run(*, fence_id: uuid.UUID | str) -> FenceRequest:
             principal=principal, namespace=request.namespace, reason=request.reason, fence_id=request.pk
         )
         epoch = selectors.fence_epoch_of(request.pk)
+        assert epoch is not None  # the fence above recorded it
         FenceRequest.objects.filter(pk=fence_id).update(scheduler_epoch=epoch)
         check = _self_check(namespace=request.namespace, old_epoch=epoch - 1)
         with transaction.atomic(durable=True):

@@ -64,16 +64,14 @@ def _mirror(
         attempt = _last_attempt(task_id, principal.owner_id)
         if attempt is None:
             return V1Verdict(False, "FENCED", "ATTEMPT")
-        common = {
-            "principal": principal,
-            "task_id": task_id,
-            "attempt_id": attempt.attempt_id,
-            "claim_generation": attempt.claim_generation,
-        }
+        ids = attempt.attempt_id, attempt.claim_generation
         if operation == "heartbeat":
             return judged(
                 lambda: core.task_renew(
-                    **common,
+                    principal=principal,
+                    task_id=task_id,
+                    attempt_id=ids[0],
+                    claim_generation=ids[1],
                     owner_id=principal.owner_id,
                     scheduler_epoch=attempt.scheduler_epoch,
                     cancel_generation=attempt.cancel_generation,
@@ -84,18 +82,33 @@ def _mirror(
         if operation == "release":
             return judged(
                 lambda: core.task_release(
-                    **common, owner_id=principal.owner_id, scheduler_epoch=attempt.scheduler_epoch
+                    principal=principal,
+                    task_id=task_id,
+                    attempt_id=ids[0],
+                    claim_generation=ids[1],
+                    owner_id=principal.owner_id,
+                    scheduler_epoch=attempt.scheduler_epoch,
                 ),
                 accepted_word="RELEASED",
             )
         # complete → stage + commit of that attempt, with the values current when it was granted
         judged(
-            lambda: core.result_stage(**common, result=result, result_digest=result_digest),
+            lambda: core.result_stage(
+                principal=principal,
+                task_id=task_id,
+                attempt_id=ids[0],
+                claim_generation=ids[1],
+                result=result,
+                result_digest=result_digest,
+            ),
             accepted_word="STAGED",
         )
         return judged(
             lambda: core.task_commit(
-                **common,
+                principal=principal,
+                task_id=task_id,
+                attempt_id=ids[0],
+                claim_generation=ids[1],
                 scheduler_epoch=attempt.scheduler_epoch,
                 observed_cancel_generation=attempt.cancel_generation,
                 input_digest=attempt.input_digest,

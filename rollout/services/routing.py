@@ -225,13 +225,13 @@ def route(operation: str, *, principal: Principal, task_id: str, data: dict[str,
     staged = None
     if operation == "commit" and not core_decides:
         staged = StagedResult.objects.filter(
-            task_id=task_id, attempt_id=attempt_id, result_digest=data["result_digest"]
+            task_id=task_id, attempt_id=data["attempt_id"], result_digest=data["result_digest"]
         ).first()
         # Legacy would decide on nothing: the core answers, and it can only refuse.
         core_decides = staged is None and stage in LEGACY_DECIDES
     if core_decides:
         return Routed(CLAIM_V1, _core(operation, principal=principal, task_id=task_id, data=data))
-    context = {
+    context: dict[str, Any] = {
         "principal": principal,
         "task_id": task_id,
         "namespace": ns.name,

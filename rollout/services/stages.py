@@ -63,21 +63,21 @@ def _snapshot(ns: Namespace, *, pool: str | None, now: Any) -> DrainSnapshot:
         )
         if not clean:
             streak = 0
-        elif previous is None or not previous.clean:
+        elif previous is None or not previous.is_clean:
             streak = 1
         elif now - previous.taken_at >= timedelta(seconds=settings.DRAIN_INTERVAL_SECONDS):
             streak = previous.clean_streak + 1
         else:
             streak = previous.clean_streak
         return DrainSnapshot.objects.create(
-            namespace=ns.name, pool=pool or "", clean=clean, clean_streak=streak, taken_at=now, **counts
+            namespace=ns.name, pool=pool or "", is_clean=clean, clean_streak=streak, taken_at=now, **counts
         )
 
 
 def drained(snapshot: DrainSnapshot) -> bool:
     """Two consecutive clean snapshots, the newer at most DRAIN_INTERVAL_SECONDS old."""
     fresh = clock.now() - snapshot.taken_at <= timedelta(seconds=settings.DRAIN_INTERVAL_SECONDS)
-    return snapshot.clean and snapshot.clean_streak >= 2 and fresh
+    return snapshot.is_clean and snapshot.clean_streak >= 2 and fresh
 
 
 # --- gates ------------------------------------------------------------------------------------------------
@@ -99,6 +99,7 @@ def _evaluate(ns: Namespace, stage: str, *, now: Any) -> Gate | None:
         return None
     move = f"{stage} → {to}"
     mismatches = selectors.mismatch_counts(ns)
+    figures: dict[str, Any]
     if stage == Stage.LEGACY:
         workers = selectors.fresh_v1_workers(ns, now)
         figures = {"v1_workers": workers}
@@ -176,9 +177,10 @@ def _import_legacy_claims(ns: Namespace, principal: Principal) -> dict[str, Any]
     start equal. What could not be imported is counted by reason — an owner with no worker principal, or the
     claim.v1 refusal (a fence between the advance and the import pauses claims) — and the result is audited, so
     an import that left claims behind is never silent."""
-    imported, skipped = 0, {}
+    imported, skipped = 0, {}  # type: tuple[int, dict[str, int]]
     now = clock.now()
     for row in legacy_store().live_claims(namespace=ns.name, now=now):
+        assert row.expires_at is not None  # a live claim has an expiry
         owner = Principal.objects.filter(name=row.owner_id, role=Role.WORKER).first()
         if owner is None:
             skipped["NO_WORKER_PRINCIPAL"] = skipped.get("NO_WORKER_PRINCIPAL", 0) + 1
@@ -369,9 +371,9 @@ def advance_rollback(
         _fence_for(running)
         running.refresh_from_db()
     snapshot = drain_snapshot(namespace=running.namespace)
-    if not snapshot.clean and not force:
+    if not snapshot.is_clean and not force:
         return running
-    forced = force and not snapshot.clean
+    forced = force and not snapshot.is_clean
     with transaction.atomic(durable=True):
         at = state.lock(name=running.namespace)
         hold = at.hold

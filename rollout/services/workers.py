@@ -13,7 +13,7 @@ from ..selectors import rollout_state as state_of
 from .errors import ProtocolTooOld
 
 # Older first; anything not listed is older than both.
-_PROTOCOL_RANK = {Protocol.LEGACY: 1, Protocol.CLAIM_V1: 2}
+_PROTOCOL_RANK: dict[str, int] = {Protocol.LEGACY: 1, Protocol.CLAIM_V1: 2}
 
 
 def required_protocol(namespace: Namespace) -> str:

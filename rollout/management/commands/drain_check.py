@@ -30,7 +30,7 @@ class Command(BaseCommand):
                 "active_leases": snap.active_leases,
                 "unknown_effects": snap.unknown_effects,
                 "awaiting_commit": snap.awaiting_commit,
-                "clean": snap.clean,
+                "clean": snap.is_clean,
                 "clean_streak": snap.clean_streak,
                 "taken_at": snap.taken_at,
             },
