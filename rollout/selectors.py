@@ -237,6 +237,14 @@ def with_legacy_state(tasks: QuerySet[Task]) -> QuerySet[Any]:
     )
 
 
+def task_get(*, task_id: str) -> Task:
+    """The task with its namespace and the namespace's rollout record, one query."""
+    task = Task.objects.select_related("namespace__rollout").filter(pk=task_id).first()
+    if task is None:
+        raise NotFound("no such task")
+    return task
+
+
 def legacy_view(task: Task) -> Task:
     """The task as a reader sees it: in LEGACY/SHADOW an unsaved copy carrying legacy's holder, expiry and result
     (and ``read_from = "legacy"``); from V1_READS on, the task itself."""

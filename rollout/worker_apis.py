@@ -161,7 +161,7 @@ class TaskDetailApi(APIView):
         description="In LEGACY and SHADOW the holder, expiry and result are the legacy store's (`read_from`).",
     )
     def get(self, request: AuthedRequest, task_id: str) -> Response:
-        task = selectors.legacy_view(core_selectors.task_get(task_id=task_id))
+        task = selectors.legacy_view(selectors.task_get(task_id=task_id))
         return Response(s.ReadFromOut(task).data)
 
 

@@ -1,0 +1,46 @@
+"""The routed worker path stays a pinned number of statements per request, through the API, per stage (the core's
+own counts: tests/claims/test_query_counts.py). These are whole requests — authentication, the stage read, the
+core's transaction, and where legacy decides its decision, the shadow judgement and the comparison — measured on
+PostgreSQL. A change that adds a query must change the number here, on purpose. Before the routing became one
+service (issue 11) the same requests took: V1_ONLY claim 8, renew 8, commit 10, release 10, claim-next 8, task
+read 2; SHADOW 24, 20, 26, 22, 21, 4; V1_WRITES 17, 16, 18, 18, 15, 2."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+PINNED = {
+    # stage: claim, renew, commit, release, claim-next, task read
+    "V1_ONLY": (8, 8, 9, 10, 8, 2),
+    "SHADOW": (24, 20, 26, 22, 21, 3),
+    "V1_WRITES": (17, 16, 18, 18, 15, 2),
+}
+
+
+def _count(fn):
+    with CaptureQueriesContext(connection) as ctx:
+        response = fn()
+    assert response.status_code in (200, 204), response.content
+    return len(ctx.captured_queries), response
+
+
+@pytest.mark.parametrize("stage", list(PINNED))
+def test_the_routed_requests_take_their_pinned_statements(operator, worker_a, stage):
+    ns = f"ns-{stage.lower().replace('_', '-')}"
+    operator.post("/namespaces", {"name": ns, "stage": stage})
+    task = operator.create(namespace=ns).json()["task_id"]
+    claimed, response = _count(lambda: worker_a.claim(task))
+    claim = response.json()
+    renewed, _ = _count(lambda: worker_a.renew(claim))
+    worker_a.stage(claim, {"r": 1})
+    committed, _ = _count(lambda: worker_a.commit(claim, {"r": 1}))
+    other = worker_a.claim(operator.create(namespace=ns).json()["task_id"]).json()
+    released, _ = _count(lambda: worker_a.release(other))
+    next_claimed, _ = _count(lambda: worker_a.claim_next(namespace=ns))
+    read, _ = _count(lambda: worker_a.get(f"/tasks/{task}"))
+
+    assert (claimed, renewed, committed, released, next_claimed, read) == PINNED[stage]
