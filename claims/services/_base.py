@@ -46,7 +46,7 @@ def locked_rows(
     if not _sql.is_postgres():
         return rows, None
     with connection.cursor() as cursor:  # nothing to lock: the clock now is after every lock we hold
-        cursor.execute("SELECT clock_timestamp()")
+        cursor.execute(statements.CLOCK_NOW)
         return rows, cursor.fetchone()[0]
 
 

@@ -283,12 +283,7 @@ def _unblock_successors(task: Task, *, ns: NamespaceHold, principal: Principal) 
     in READ COMMITTED — sees the first's commit, so one of them always releases the successor.
     """
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT t.task_id FROM {Task._meta.db_table} t JOIN {TaskDependency._meta.db_table} d "
-            "ON d.task_id = t.task_id WHERE d.depends_on_id = %s AND t.state = %s ORDER BY t.task_id"
-            + _sql.lock_clause("FOR NO KEY UPDATE OF t"),
-            [task.pk, TaskState.BLOCKED],
-        )
+        cursor.execute(statements.lock_blocked_successors(), [task.pk, TaskState.BLOCKED])
         waiting = [row[0] for row in cursor.fetchall()]
     if not waiting:
         return []

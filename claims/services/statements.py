@@ -33,6 +33,9 @@ def lock_rows(table: str, where: str, order: str, lock: str) -> str:
     return after_locks(f"SELECT * FROM {table} WHERE {where} ORDER BY {order}{_sql.lock_clause(lock)}")
 
 
+CLOCK_NOW = "SELECT clock_timestamp()"  # the clock now, when there was nothing further to lock
+
+
 def hold_namespace_row(*, by_task: bool, lock: str) -> str:
     """The namespace (by name, or as the namespace of a task) under ``lock``, then the clock.
     Params: [name] or [task_id]."""
@@ -92,4 +95,24 @@ def make_canonical() -> str:
     return (
         f"UPDATE {STAGED} SET canonical = %s, commit_id = %s, committed_at = %s, "
         "unblocked = %s WHERE attempt_id = %s AND result_digest = %s RETURNING *"
+    )
+
+
+def lock_blocked_successors() -> str:
+    """A committed task's BLOCKED successors, locked FOR NO KEY UPDATE in key order (two committers of
+    predecessors of one task never deadlock). Params: [task_id, BLOCKED]."""
+    return (
+        f"SELECT t.task_id FROM {TASK} t JOIN claims_taskdependency d ON d.task_id = t.task_id "
+        "WHERE d.depends_on_id = %s AND t.state = %s ORDER BY t.task_id"
+        + _sql.lock_clause("FOR NO KEY UPDATE OF t")
+    )
+
+
+def lock_predecessor_states(count: int, lock: str) -> str:
+    """The states of ``count`` predecessors in one namespace, each row locked in key order (PostgreSQL only).
+    Params: [*task_ids, namespace_id]."""
+    placeholders = ",".join(["%s"] * count)
+    return (
+        f"SELECT task_id, state FROM {TASK} WHERE task_id IN ({placeholders}) AND namespace_id = %s "
+        f"ORDER BY task_id {lock}"
     )

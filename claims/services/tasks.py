@@ -24,6 +24,7 @@ from ..models import (
     TaskState,
 )
 from ..states import check_transition
+from . import statements
 from ._base import append_event, audit, hold_namespace, hold_task, task_current
 from .resources import resources_exist
 
@@ -45,14 +46,8 @@ def _predecessor_states(ids: list[str], namespace_id: int, *, lock: str = "FOR S
         return {}
     rows = Task.objects.filter(pk__in=ids, namespace_id=namespace_id).order_by("pk")
     if connection.vendor == "postgresql":
-        table = Task._meta.db_table
-        placeholders = ",".join(["%s"] * len(ids))
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT task_id, state FROM {table} WHERE task_id IN ({placeholders}) AND namespace_id = %s "
-                f"ORDER BY task_id {lock}",
-                [*ids, namespace_id],
-            )
+            cursor.execute(statements.lock_predecessor_states(len(ids), lock), [*ids, namespace_id])
             return dict(cursor.fetchall())
     return dict(rows.values_list("pk", "state"))
 
