@@ -13,17 +13,17 @@ from typing import Any
 
 from django.db import transaction
 
-from claims import clock
+from claims import clock, interleave
 from claims import services as core
-from claims.errors import ClaimsPaused, Forbidden
-from claims.models import Attempt, Principal
+from claims.errors import ClaimsPaused, Forbidden, InvalidTransition
+from claims.models import Attempt, Namespace, Principal
 
 from ..legacy import LegacyVerdict, legacy_store
 from ..models import Mismatch
 from . import routing
 from .errors import ProtocolTooOld
 from .shadow import V1Verdict, compare, judged, record_legacy
-from .workers import refuse_if_too_old
+from .workers import protocol_too_old
 
 LEGACY = "legacy"
 
@@ -118,6 +118,52 @@ def _mirror(
         )
 
 
+def _decide(
+    operation: str,
+    store: Any,
+    *,
+    principal: Principal,
+    task_id: str,
+    namespace: Namespace,
+    owner_id: str,
+    ttl_seconds: int,
+    result: Any,
+    result_digest: str,
+) -> LegacyVerdict:
+    """Legacy's decision on one operation, recorded in its history, inside the caller's transaction."""
+    ns = namespace
+    now = clock.now()
+    if operation == "claim":
+        if ns.claims_paused:  # a paused namespace grants no claim, legacy API included
+            raise ClaimsPaused(
+                f"claims are paused in namespace {ns.name}",
+                current={"scheduler_epoch": ns.scheduler_epoch, "claims_paused": True},
+            )
+        verdict = store.claim(
+            task_id=task_id,
+            namespace=ns.name,
+            owner_id=owner_id,
+            ttl_seconds=ttl_seconds,
+            now=now,
+            pool=principal.pool,
+        )
+    elif operation == "heartbeat":
+        verdict = store.heartbeat(task_id=task_id, owner_id=owner_id, ttl_seconds=ttl_seconds, now=now)
+    elif operation == "release":
+        verdict = store.release(task_id=task_id, owner_id=owner_id, now=now)
+    else:
+        verdict = store.complete(
+            task_id=task_id,
+            namespace=ns.name,
+            owner_id=owner_id,
+            result=result,
+            result_digest=result_digest,
+            now=now,
+        )
+    record_legacy(ns.name, task_id, operation, LEGACY, owner_id, verdict, now)
+    return verdict
+
+
 def legacy_operation(
     operation: str,
     *,
@@ -127,49 +173,53 @@ def legacy_operation(
     ttl_seconds: int = 30,
     result: Any = None,
     result_digest: str = "",
+    reroutes: int = 3,
 ) -> LegacyAnswer:
     """Serve one legacy-API request. The answer is legacy's verdict (and the mismatch, if the stores disagreed)."""
-    target = routing.namespace_of(task_id)  # 404 before the owner's 403 (claim-v1.md §2)
+    target = routing.namespace_of(task_id, principal)  # 404 before the owner's 403 (claim-v1.md §2)
     if owner_id != principal.owner_id:
         raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
     ns = target.namespace
-    refuse_if_too_old(principal=principal, namespace=ns.name, stage=target.stage)
+    if target.protocol_refused:
+        raise protocol_too_old(target.stage)
     if target.stage in routing.V1_DECIDES:
         raise ProtocolTooOld(
             f"namespace {ns.name} is at {target.stage}: the legacy protocol is closed",
             current={"stage": target.stage},
         )
+    interleave.reach("legacy_operation.routed")
     store = legacy_store()
     with transaction.atomic(durable=True):
-        now = clock.now()
-        if operation == "claim":
-            if ns.claims_paused:  # a paused namespace grants no claim, legacy API included
-                raise ClaimsPaused(
-                    f"claims are paused in namespace {ns.name}",
-                    current={"scheduler_epoch": ns.scheduler_epoch, "claims_paused": True},
-                )
-            verdict = store.claim(
+        # The stage, epoch and pause read above, read again under the namespace's lock: an advance closing the
+        # legacy protocol, a rollback or a fence that landed in between sends the request through again.
+        still = routing.still_routed(ns, target.stage)
+        if still:
+            verdict = _decide(
+                operation,
+                store,
+                principal=principal,
                 task_id=task_id,
-                namespace=ns.name,
+                namespace=ns,
                 owner_id=owner_id,
                 ttl_seconds=ttl_seconds,
-                now=now,
-                pool=principal.pool,
-            )
-        elif operation == "heartbeat":
-            verdict = store.heartbeat(task_id=task_id, owner_id=owner_id, ttl_seconds=ttl_seconds, now=now)
-        elif operation == "release":
-            verdict = store.release(task_id=task_id, owner_id=owner_id, now=now)
-        else:
-            verdict = store.complete(
-                task_id=task_id,
-                namespace=ns.name,
-                owner_id=owner_id,
                 result=result,
                 result_digest=result_digest,
-                now=now,
             )
-        record_legacy(ns.name, task_id, operation, LEGACY, owner_id, verdict, now)
+    if not still:
+        if reroutes == 0:
+            raise InvalidTransition(
+                "the namespace's stage kept moving under this request: send it again", reason="STAGE_CHANGED"
+            )
+        return legacy_operation(
+            operation,
+            principal=principal,
+            task_id=task_id,
+            owner_id=owner_id,
+            ttl_seconds=ttl_seconds,
+            result=result,
+            result_digest=result_digest,
+            reroutes=reroutes - 1,
+        )
     if target.stage not in routing.LEGACY_DECIDES:
         return LegacyAnswer(verdict)
     v1 = _mirror(

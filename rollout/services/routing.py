@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 
-from claims import clock
+from claims import clock, interleave
 from claims import services as core
-from claims.errors import Forbidden, Invalid, NotFound
+from claims.errors import Forbidden, Invalid, InvalidTransition, NotFound
 from claims.models import Attempt, Namespace, Principal, StagedResult, Task
 
 from ..legacy import LegacyStore, LegacyVerdict, legacy_store
@@ -34,7 +35,8 @@ from ..models import Stage
 from ..selectors import rollout_state as state_of
 from .errors import LegacyRefused, StageNotOpen
 from .shadow import V1Verdict, compare, judged, record_legacy
-from .workers import refuse_if_too_old
+from .state import hold_for_decision
+from .workers import protocol_too_old, refused_registrations
 
 LEGACY_DECIDES = (Stage.SHADOW, Stage.V1_READS)
 V1_DECIDES = (Stage.V1_WRITES, Stage.V1_ONLY)
@@ -47,6 +49,7 @@ class Target:
     namespace: Namespace
     stage: str
     min_protocol: str
+    protocol_refused: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,20 +63,40 @@ class Routed:
     fields: dict[str, Any] | None = None
 
 
-def namespace_of(task_id: str) -> Target:
-    task = Task.objects.select_related("namespace__rollout").filter(pk=task_id).first()
+def namespace_of(task_id: str, principal: Principal) -> Target:
+    """The task's namespace with its rollout record, and whether this worker's protocol was refused there — one
+    query. A first read, to choose who decides: where legacy decides, the choice is made again under the
+    namespace's lock (``still_routed``)."""
+    refused = refused_registrations(principal).filter(namespace=OuterRef("namespace__name"))
+    task = (
+        Task.objects.select_related("namespace__rollout")
+        .annotate(protocol_refused=Exists(refused))
+        .filter(pk=task_id)
+        .first()
+    )
     if task is None:
         raise NotFound("no such task")
-    return Target(task.namespace, *state_of(task.namespace))
+    return Target(task.namespace, *state_of(task.namespace), protocol_refused=task.protocol_refused)
 
 
-def _epoch_rule_first(ns: Namespace, *, scheduler_epoch: int, attempt_id: Any) -> bool:
+def _epoch_rule_first(ns: Namespace, *, scheduler_epoch: int, claim: bool, granted_epoch: int | None) -> bool:
     if scheduler_epoch != ns.scheduler_epoch:
         return True
-    if attempt_id is None:
+    if claim:
         return ns.claims_paused
-    granted = Attempt.objects.filter(pk=attempt_id).values_list("scheduler_epoch", flat=True).first()
-    return granted is not None and granted != ns.scheduler_epoch
+    return granted_epoch is not None and granted_epoch != ns.scheduler_epoch
+
+
+def still_routed(ns: Namespace, stage: str) -> bool:
+    """Inside legacy's decision: the stage, epoch and pause the routing chose on are still the namespace's, read
+    under its row lock (``state.hold_for_decision``) — else an advance, a rollback or a fence landed in between
+    and the request goes through the routing again."""
+    held = hold_for_decision(ns.id)
+    return (held.stage, held.scheduler_epoch, held.claims_paused) == (
+        stage,
+        ns.scheduler_epoch,
+        ns.claims_paused,
+    )
 
 
 def _core(operation: str, *, principal: Principal, task_id: str, data: dict[str, Any]) -> Any:
@@ -163,6 +186,16 @@ def _write_through(
     )
 
 
+def _may_write_through(operation: str, ns: Namespace) -> bool:
+    """Under the namespace's lock: a claim or renew claim.v1 granted is written through only while the epoch it was
+    granted under is current — a fence (a rollback's first step) that landed after the grant ended that attempt,
+    and the legacy store, which decides again after the rollback, must not learn of it. A commit and a release
+    happened in claim.v1 before any fence, and are written through."""
+    if operation not in ("claim", "renew"):
+        return True
+    return hold_for_decision(ns.id).scheduler_epoch == ns.scheduler_epoch
+
+
 def _shadow(task_id: str, v1: V1Verdict, mismatch: Any) -> dict[str, Any]:
     """claim.v1's view of the task after judging in shadow (claim fields null where it refused)."""
     task = Task.objects.get(pk=task_id)
@@ -196,27 +229,34 @@ def _refused(verdict: LegacyVerdict, fields: dict[str, Any]) -> LegacyRefused:
     )
 
 
-def route(operation: str, *, principal: Principal, task_id: str, data: dict[str, Any]) -> Routed:
+def route(
+    operation: str, *, principal: Principal, task_id: str, data: dict[str, Any], reroutes: int = 3
+) -> Routed:
     """Serve one claim.v1 worker operation (claim, renew, release, commit) as the namespace's stage says."""
-    target = namespace_of(task_id)  # 404 before the owner's 403 (claim-v1.md §2)
+    target = namespace_of(task_id, principal)  # 404 before the owner's 403 (claim-v1.md §2)
     ns, stage = target.namespace, target.stage
     owner_id = data.get("owner_id", principal.owner_id)
     if owner_id != principal.owner_id:
         raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
     attempt_id = data.get("attempt_id")
-    core_decides = False
+    core_decides, granted_epoch = False, None
     if attempt_id is not None:
-        owner = (
-            Attempt.objects.filter(pk=attempt_id, task_id=task_id).values_list("owner_id", flat=True).first()
+        row = (
+            Attempt.objects.filter(pk=attempt_id, task_id=task_id)
+            .values_list("owner_id", "scheduler_epoch")
+            .first()
         )
-        if owner is not None and owner != principal.owner_id:
+        if row is not None and row[0] != principal.owner_id:
             raise Forbidden(f"attempt {attempt_id} is not {principal.owner_id!r}'s")
-        core_decides = owner is None
-    refuse_if_too_old(principal=principal, namespace=ns.name, stage=stage)
+        core_decides, granted_epoch = row is None, row[1] if row else None
+    if target.protocol_refused:
+        raise protocol_too_old(stage)
     core_decides = (
         core_decides
         or stage == Stage.V1_ONLY
-        or _epoch_rule_first(ns, scheduler_epoch=data["scheduler_epoch"], attempt_id=attempt_id)
+        or _epoch_rule_first(
+            ns, scheduler_epoch=data["scheduler_epoch"], claim=attempt_id is None, granted_epoch=granted_epoch
+        )
     )
     if not core_decides and stage == Stage.LEGACY:
         raise StageNotOpen(
@@ -238,16 +278,27 @@ def route(operation: str, *, principal: Principal, task_id: str, data: dict[str,
         "data": data,
         "staged": staged,
     }
+    interleave.reach("routing.routed")
     store = legacy_store()
     if stage == Stage.V1_WRITES:
         value = _core(operation, principal=principal, task_id=task_id, data=data)
+        interleave.reach("routing.decided")
         with transaction.atomic(durable=True):
-            _write_through(operation, store, value, now=clock.now(), **context)
+            if _may_write_through(operation, ns):
+                _write_through(operation, store, value, now=clock.now(), **context)
         return Routed(CLAIM_V1, value)
     with transaction.atomic(durable=True):
-        now = clock.now()
-        verdict = _legacy(operation, store, now=now, **context)
-        record_legacy(ns.name, task_id, operation, CLAIM_V1, owner_id, verdict, now)
+        still = still_routed(ns, stage)
+        if still:
+            now = clock.now()
+            verdict = _legacy(operation, store, now=now, **context)
+            record_legacy(ns.name, task_id, operation, CLAIM_V1, owner_id, verdict, now)
+    if not still:
+        if reroutes == 0:
+            raise InvalidTransition(
+                "the namespace's stage kept moving under this request: send it again", reason="STAGE_CHANGED"
+            )
+        return route(operation, principal=principal, task_id=task_id, data=data, reroutes=reroutes - 1)
     v1 = judged(
         lambda: _core(operation, principal=principal, task_id=task_id, data=data),
         accepted_word=SUCCESS[operation],
@@ -292,11 +343,18 @@ def route_claim_next(*, principal: Principal, data: dict[str, Any]) -> Routed:
     """Claim-next by stage: claim.v1 picks (its SKIP LOCKED frontier) in every open stage; where legacy decides
     it then decides the grant, and in V1_WRITES claim.v1's grant is written through."""
     name = data.get("namespace", "default")
-    ns = Namespace.objects.select_related("rollout").filter(name=name).first()
+    refused = refused_registrations(principal).filter(namespace=OuterRef("name"))
+    ns = (
+        Namespace.objects.select_related("rollout")
+        .annotate(protocol_refused=Exists(refused))
+        .filter(name=name)
+        .first()
+    )
     if ns is None:
         raise Invalid({"namespace": [f"unknown namespace {name!r}"]})
     stage, _ = state_of(ns)
-    refuse_if_too_old(principal=principal, namespace=ns.name, stage=stage)
+    if ns.protocol_refused:
+        raise protocol_too_old(stage)
     if stage == Stage.LEGACY:
         raise StageNotOpen(
             f"namespace {ns.name} is at LEGACY: the claim.v1 API is not open yet", current={"stage": stage}
@@ -311,8 +369,17 @@ def route_claim_next(*, principal: Principal, data: dict[str, Any]) -> Routed:
         return Routed(CLAIM_V1, grant)
     task = grant.task
     store = legacy_store()
+    interleave.reach("routing.decided")
     with transaction.atomic(durable=True):
+        # Who decides the grant, chosen again under the namespace's lock: claim.v1's grant stands alone if a fence
+        # ended it meanwhile (or the stage reached V1_ONLY), and is written through if the stage reached V1_WRITES.
+        held = hold_for_decision(ns.id)
+        if (held.scheduler_epoch, held.claims_paused) != (ns.scheduler_epoch, ns.claims_paused):
+            return Routed(CLAIM_V1, grant)
+        stage = held.stage
         now = clock.now()
+        if stage == Stage.V1_ONLY:
+            return Routed(CLAIM_V1, grant)
         if stage == Stage.V1_WRITES:
             store.record_claim(
                 task_id=task.task_id,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from claims import services as core
 from claims.errors import InvalidTransition
@@ -40,6 +40,31 @@ def lock(*, name: str) -> Locked:
     if state is None:
         return Locked(hold, Stage.V1_ONLY, Protocol.LEGACY)
     return Locked(hold, state.stage, state.min_protocol)
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a routed decision depends on, read under the namespace row's FOR SHARE lock."""
+
+    scheduler_epoch: int
+    claims_paused: bool
+    stage: str
+
+
+def hold_for_decision(namespace_id: int) -> Held:
+    """Inside the caller's transaction: the namespace row FOR SHARE — an advance, a rollback or a fence takes it
+    FOR NO KEY UPDATE, so each waits for the decision in flight and every later decision sees it — with the epoch,
+    the pause and the stage read under that lock (every writer of the stage holds the row's NO KEY UPDATE lock).
+    One statement."""
+    lock = " FOR SHARE OF n" if connection.vendor == "postgresql" else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT n.scheduler_epoch, n.claims_paused, r.stage FROM claims_namespace n "
+            f"LEFT JOIN {RolloutState._meta.db_table} r ON r.namespace_id = n.id WHERE n.id = %s{lock}",
+            [namespace_id],
+        )
+        epoch, paused, stage = cursor.fetchone()
+    return Held(epoch, bool(paused), stage or Stage.V1_ONLY)
 
 
 def namespace_create(*, principal: Principal, name: str, stage: str, min_protocol: str) -> Namespace:

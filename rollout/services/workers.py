@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db import transaction
+from django.db.models import QuerySet
 
 from claims import clock
 from claims.errors import NotFound
@@ -76,12 +77,19 @@ def worker_heartbeat(*, principal: Principal, namespace: str = "default") -> Wor
     return registration
 
 
-def refuse_if_too_old(*, principal: Principal, namespace: str, stage: str) -> None:
+def refused_registrations(principal: Principal) -> QuerySet[WorkerRegistration]:
+    """This worker's refused registrations (filter by namespace, or use in an ``Exists``)."""
+    return WorkerRegistration.objects.filter(principal=principal.name, refused=True)
+
+
+def protocol_too_old(stage: str) -> ProtocolTooOld:
     """A refused worker's claims are refused too (409 PROTOCOL_TOO_OLD) until it registers anew."""
-    if WorkerRegistration.objects.filter(
-        principal=principal.name, namespace=namespace, refused=True
-    ).exists():
-        raise ProtocolTooOld(
-            "this worker registered with a protocol the namespace refuses; register again",
-            current={"stage": stage},
-        )
+    return ProtocolTooOld(
+        "this worker registered with a protocol the namespace refuses; register again",
+        current={"stage": stage},
+    )
+
+
+def refuse_if_too_old(*, principal: Principal, namespace: str, stage: str) -> None:
+    if refused_registrations(principal).filter(namespace=namespace).exists():
+        raise protocol_too_old(stage)

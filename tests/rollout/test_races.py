@@ -259,3 +259,107 @@ def test_the_fence_self_check_is_never_counted_as_traffic(operator):
     after = selectors.coverage(Namespace.objects.get(name=namespace))["points"]["commit"]
     assert (after["validated"], after["total"]) == (before["validated"], before["total"]) == (1, 1)
     assert not TaskEvent.objects.filter(task_id=task_id, kind="fenced").exists()
+
+
+# --- routing decides on the stage and epoch it holds ---------------------------------------------------------
+# The routing reads the stage (and the epoch, and whether claims are paused) to choose who decides. Where legacy
+# decides, that choice is made again under the namespace row's FOR SHARE lock, in legacy's own transaction: an
+# advance, a rollback or a fence (each takes the row FOR NO KEY UPDATE) that landed between the first read and the
+# decision sends the request back through the routing.
+
+
+def _claim_in_thread(worker, task_id):
+    return run_in_thread(lambda: worker.claim(task_id))
+
+
+@pytest.mark.postgres
+def test_an_advance_to_v1_writes_between_the_routing_read_and_legacys_decision_reroutes_to_claim_v1(operator):
+    oncall = make_actor("oncall-route", "oncall")
+    worker = make_actor("router-a", "worker")
+    namespace = _ns(operator, "routing-advance", "V1_READS")
+    task_id = operator.create(namespace=namespace).json()["task_id"]
+    pause = Pause("routing.routed")
+
+    thread, box = _claim_in_thread(worker, task_id)
+    pause.wait_reached()  # routed to legacy on V1_READS, legacy not yet asked
+    advanced = oncall.post(
+        f"/namespaces/{namespace}/rollout/advance",
+        {"to_stage": "V1_WRITES", "reason": "go", "override": True},
+    )
+    pause.resume()
+    thread.join(30)
+
+    assert advanced.status_code == 200, advanced.json()
+    answer = box["value"].json()
+    assert box["value"].status_code == 200, answer
+    assert "decided_by" not in answer  # claim.v1 decided: V1_WRITES, not legacy
+    assert Task.objects.get(pk=task_id).owner_id == "router-a"
+    legacy_row = LegacyClaim.objects.get(pk=task_id)
+    assert legacy_row.via == "claim.v1"  # written through from claim.v1's grant, not granted by legacy
+    assert not ComparedOperation.objects.filter(namespace=namespace).exists()
+
+
+@pytest.mark.postgres
+def test_a_fence_between_the_routing_read_and_legacys_decision_grants_no_claim(operator):
+    oncall = make_actor("oncall-fence-route", "oncall")
+    worker = make_actor("router-b", "worker")
+    namespace = _ns(operator, "routing-fence", "SHADOW")
+    task_id = operator.create(namespace=namespace).json()["task_id"]
+    pause = Pause("routing.routed")
+
+    thread, box = _claim_in_thread(worker, task_id)
+    pause.wait_reached()  # routed to legacy: epoch 1, claims not paused
+    fenced = oncall.post(f"/namespaces/{namespace}/fence", {"reason": "incident"})
+    pause.resume()
+    thread.join(30)
+
+    assert fenced.status_code == 200, fenced.json()
+    answer = box["value"].json()
+    assert box["value"].status_code == 409 and answer["outcome"] == "FENCED", (
+        answer
+    )  # the carried epoch is old
+    assert not LegacyClaim.objects.filter(pk=task_id).exclude(owner_id="").exists()
+    assert Task.objects.get(pk=task_id).state == "READY"
+
+
+@pytest.mark.postgres
+def test_an_advance_closing_the_legacy_protocol_before_legacys_decision_refuses_the_legacy_claim(operator):
+    oncall = make_actor("oncall-legacy-route", "oncall")
+    worker = make_actor("router-c", "worker")
+    namespace = _ns(operator, "legacy-closing", "V1_READS")
+    task_id = operator.create(namespace=namespace).json()["task_id"]
+    pause = Pause("legacy_operation.routed")
+
+    thread, box = run_in_thread(lambda: _legacy(worker, task_id, "claim", ttl_seconds=30))
+    pause.wait_reached()
+    advanced = oncall.post(
+        f"/namespaces/{namespace}/rollout/advance",
+        {"to_stage": "V1_WRITES", "reason": "go", "override": True},
+    )
+    pause.resume()
+    thread.join(30)
+
+    assert advanced.status_code == 200, advanced.json()
+    answer = box["value"].json()
+    assert box["value"].status_code == 409 and answer["outcome"] == "PROTOCOL_TOO_OLD", answer
+    assert not LegacyClaim.objects.filter(pk=task_id).exclude(owner_id="").exists()
+    assert Task.objects.get(pk=task_id).state == "READY"
+
+
+@pytest.mark.postgres
+def test_a_fence_between_claim_v1s_grant_and_the_write_through_keeps_the_fenced_grant_out_of_legacy(operator):
+    oncall = make_actor("oncall-write-through", "oncall")
+    worker = make_actor("router-d", "worker")
+    namespace = _ns(operator, "writing-through", "V1_WRITES")
+    task_id = operator.create(namespace=namespace).json()["task_id"]
+    pause = Pause("routing.decided")
+
+    thread, box = _claim_in_thread(worker, task_id)
+    pause.wait_reached()  # claim.v1 granted under epoch 1; the legacy store not yet written
+    fenced = oncall.post(f"/namespaces/{namespace}/fence", {"reason": "rollback coming"})
+    pause.resume()
+    thread.join(30)
+
+    assert fenced.status_code == 200, fenced.json()
+    assert box["value"].status_code == 200  # the grant happened before the fence; the fence ended it
+    assert not LegacyClaim.objects.filter(pk=task_id).exclude(owner_id="").exists()
