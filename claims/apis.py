@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from . import selectors, services
@@ -60,31 +62,8 @@ def namespace_fields(namespace: Namespace) -> dict[str, Any]:
     }
 
 
-def namespace_body(namespace: Namespace, *, drain: bool = False) -> dict[str, Any]:
-    if drain:
-        return s.NamespaceDetailOut(
-            {**namespace_fields(namespace), "drain": selectors.namespace_drain(namespace)}
-        ).data
-    return s.NamespaceOut(namespace_fields(namespace)).data
-
-
 def claim_body(grant: services.ClaimGrant) -> dict[str, Any]:
-    task = grant.task
-    return s.ClaimOut(
-        {
-            "outcome": "CLAIMED",
-            "task_id": task.task_id,
-            "attempt_id": grant.attempt_id,
-            "scheduler_epoch": grant.scheduler_epoch,
-            "claim_generation": task.claim_generation,
-            "cancel_generation": task.cancel_generation,
-            "lease_expires_at": task.lease_expires_at,
-            "input_digest": task.input_digest,
-            "state_version": task.state_version,
-            "input": task.input,
-            "fences": grant.fences,
-        }
-    ).data
+    return s.ClaimOut(grant.fields()).data
 
 
 def renew_body(task: Task) -> dict[str, Any]:
@@ -333,9 +312,32 @@ class TaskCommitApi(APIView):
 # --- namespaces ---------------------------------------------------------------------------------------
 
 
-class NamespaceListCreateApi(APIView):
+class _DescribesNamespaces:
+    """How a namespace view describes one: the core alone reports claim.v1 only; the rollout app's subclasses
+    (rollout/namespace_apis.py) report its record of the namespace with their own serializers."""
+
+    out: type[Serializer] = s.NamespaceOut
+    detail_out: type[Serializer] = s.NamespaceDetailOut
+    resumed_out: type[Serializer] = s.ResumedOut
+
+    def fields(self, namespace: Namespace) -> dict[str, Any]:
+        return namespace_fields(namespace)
+
+    def drain(self, namespace: Namespace) -> dict[str, int]:
+        return selectors.namespace_drain(namespace)
+
+
+class NamespaceListCreateApi(_DescribesNamespaces, APIView):
+    create_in: type[Serializer] = s.NamespaceCreateIn
+
     def get_permissions(self):
         return [IsOperator()] if self.request.method == "POST" else [AnyRole()]
+
+    def create(self, principal: Principal, data: dict[str, Any]) -> Namespace:
+        return services.namespace_create(principal=principal, name=data["name"])
+
+    def namespaces(self) -> QuerySet[Namespace]:
+        return selectors.namespace_list()
 
     @extend_schema(
         operation_id="namespace_create",
@@ -345,23 +347,23 @@ class NamespaceListCreateApi(APIView):
         "rollout app, stage V1_ONLY unless given. An existing name: 409 NAMESPACE_EXISTS.",
     )
     def post(self, request: AuthedRequest) -> Response:
-        data = parsed(s.NamespaceCreateIn, request)
-        namespace = services.namespace_create(principal=request.user, name=data["name"])
-        return Response(namespace_body(namespace), status=201)
+        namespace = self.create(request.user, parsed(self.create_in, request))
+        return Response(self.out(self.fields(namespace)).data, status=201)
 
     @extend_schema(operation_id="namespace_list", responses={200: s.NamespacePage, **error_responses(401)})
     def get(self, request: AuthedRequest) -> Response:
-        return paginated(self, request, selectors.namespace_list(), namespace_body)
+        return paginated(self, request, self.namespaces(), lambda ns: self.out(self.fields(ns)).data)
 
 
-class NamespaceDetailApi(APIView):
+class NamespaceDetailApi(_DescribesNamespaces, APIView):
     permission_classes = [AnyRole]
 
     @extend_schema(
         operation_id="namespace_get", responses={200: s.NamespaceDetailOut, **error_responses(401, 404)}
     )
     def get(self, request: AuthedRequest, ns: str) -> Response:
-        return Response(namespace_body(selectors.namespace_get(name=ns), drain=True))
+        namespace = selectors.namespace_get(name=ns)
+        return Response(self.detail_out({**self.fields(namespace), "drain": self.drain(namespace)}).data)
 
 
 class NamespaceFenceApi(APIView):
@@ -382,7 +384,7 @@ class NamespaceFenceApi(APIView):
         )
 
 
-class NamespaceResumeApi(APIView):
+class NamespaceResumeApi(_DescribesNamespaces, APIView):
     permission_classes = [IsOncall]
 
     @extend_schema(
@@ -396,4 +398,4 @@ class NamespaceResumeApi(APIView):
     def post(self, request: AuthedRequest, ns: str) -> Response:
         data = parsed(s.OptionalReasonIn, request) if request.data else {}
         namespace = services.namespace_resume(principal=request.user, namespace=ns, **data)
-        return Response(s.ResumedOut({"outcome": "RESUMED", **namespace_fields(namespace)}).data)
+        return Response(self.resumed_out({"outcome": "RESUMED", **self.fields(namespace)}).data)

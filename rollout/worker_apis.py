@@ -5,10 +5,17 @@ Refusals are typed errors, shaped by the one exception handler."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer, extend_schema
+from drf_spectacular.utils import (
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework.response import Response
+from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from claims import apis as core_apis
@@ -52,79 +59,83 @@ def _legacy_decided(routed: routing.Routed) -> Response:
     return Response(s.LegacyDecidedOut(routed.fields).data)
 
 
-class TaskClaimApi(APIView):
-    permission_classes = [IsWorker]
+class _RoutedOperation(APIView):
+    """One worker operation on a task: parse the core's input, route it once, answer with the core's own body
+    where claim.v1 decided and with ``LegacyDecidedOut`` where legacy did."""
 
-    @extend_schema(
-        operation_id="task_claim",
-        request=core_s.ClaimIn,
-        responses={200: _answer("ClaimAnswer", core_s.ClaimOut), **_errors()},
-        description="Claim from READY, from CLAIMED with an expired lease, or from CLAIMED under an older epoch. "
-        "409 in order: FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH, NOT_CLAIMABLE (STATE | LEASE_LIVE | "
-        "RESOURCE_HELD)." + _ROUTING,
-    )
+    permission_classes = [IsWorker]
+    operation: str
+    input: type[Serializer]
+    core_body: Callable[[Any], dict[str, Any]]
+
     def post(self, request: AuthedRequest, task_id: str) -> Response:
-        data = parsed(core_s.ClaimIn, request)
-        routed = routing.route("claim", principal=request.user, task_id=task_id, data=data)
+        data = parsed(self.input, request)
+        routed = routing.route(self.operation, principal=request.user, task_id=task_id, data=data)
         if routed.decided_by == routing.CLAIM_V1:
-            return Response(core_apis.claim_body(routed.value))
+            return Response(type(self).core_body(routed.value))
         return _legacy_decided(routed)
 
 
-class TaskRenewApi(APIView):
-    permission_classes = [IsWorker]
-
-    @extend_schema(
-        operation_id="task_renew",
-        request=core_s.RenewIn,
-        responses={200: _answer("RenewAnswer", core_s.RenewOut), **_errors()},
-        description="New expiry = server-now + extend_seconds. 409 in order: CANCELLED, FENCED (EPOCH | "
-        "GENERATION | ATTEMPT | OWNER), EXPIRED." + _ROUTING,
+def _documented(operation_id: str, request: type, out: type, description: str) -> Any:
+    """The routed operation's schema through drf-spectacular's public decorators: the core's input, and the
+    answer either as the core's output or as legacy decided it (``<Operation>Answer``)."""
+    component = operation_id.removeprefix("task_").capitalize() + "Answer"
+    return extend_schema_view(
+        post=extend_schema(
+            operation_id=operation_id,
+            request=request,
+            responses={200: _answer(component, out), **_errors()},
+            description=description + _ROUTING,
+        )
     )
-    def post(self, request: AuthedRequest, task_id: str) -> Response:
-        data = parsed(core_s.RenewIn, request)
-        routed = routing.route("renew", principal=request.user, task_id=task_id, data=data)
-        if routed.decided_by == routing.CLAIM_V1:
-            return Response(core_apis.renew_body(routed.value))
-        return _legacy_decided(routed)
 
 
-class TaskReleaseApi(APIView):
-    permission_classes = [IsWorker]
+@_documented(
+    "task_claim",
+    core_s.ClaimIn,
+    core_s.ClaimOut,
+    "Claim from READY, from CLAIMED with an expired lease, or from CLAIMED under an older epoch. 409 in order: "
+    "FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH, NOT_CLAIMABLE (STATE | LEASE_LIVE | RESOURCE_HELD).",
+)
+class TaskClaimApi(_RoutedOperation):
+    operation, input, core_body = "claim", core_s.ClaimIn, staticmethod(core_apis.claim_body)
 
-    @extend_schema(
-        operation_id="task_release",
-        request=core_s.ReleaseIn,
-        responses={200: _answer("ReleaseAnswer", core_s.OutcomeOut), **_errors()},
-        description="Task back to READY; the attempt ends. 409 FENCED when the attempt is not current."
-        + _ROUTING,
+
+@_documented(
+    "task_renew",
+    core_s.RenewIn,
+    core_s.RenewOut,
+    "New expiry = server-now + extend_seconds. 409 in order: CANCELLED, FENCED (EPOCH | GENERATION | ATTEMPT | "
+    "OWNER), EXPIRED.",
+)
+class TaskRenewApi(_RoutedOperation):
+    operation, input, core_body = "renew", core_s.RenewIn, staticmethod(core_apis.renew_body)
+
+
+@_documented(
+    "task_release",
+    core_s.ReleaseIn,
+    core_s.OutcomeOut,
+    "Task back to READY; the attempt ends. 409 FENCED when the attempt is not current.",
+)
+class TaskReleaseApi(_RoutedOperation):
+    operation, input, core_body = (
+        "release",
+        core_s.ReleaseIn,
+        staticmethod(lambda task: core_apis.release_body()),
     )
-    def post(self, request: AuthedRequest, task_id: str) -> Response:
-        data = parsed(core_s.ReleaseIn, request)
-        routed = routing.route("release", principal=request.user, task_id=task_id, data=data)
-        if routed.decided_by == routing.CLAIM_V1:
-            return Response(core_apis.release_body())
-        return _legacy_decided(routed)
 
 
-class TaskCommitApi(APIView):
-    permission_classes = [IsWorker]
-
-    @extend_schema(
-        operation_id="task_commit",
-        request=core_s.CommitIn,
-        responses={200: _answer("CommitAnswer", core_s.CommitOut), **_errors()},
-        description="A repeat of a successful commit returns the stored body first. Otherwise, in order: "
-        "CANCELLED; FENCED (EPOCH | GENERATION | ATTEMPT | LEASE_EXPIRED); STALE_INPUT; STALE_INPUT (RESOURCE); "
-        "NOT_STAGED. Where legacy decides, a commit is a legacy complete with this attempt's staged result; with "
-        "none staged the core answers." + _ROUTING,
-    )
-    def post(self, request: AuthedRequest, task_id: str) -> Response:
-        data = parsed(core_s.CommitIn, request)
-        routed = routing.route("commit", principal=request.user, task_id=task_id, data=data)
-        if routed.decided_by == routing.CLAIM_V1:
-            return Response(core_apis.commit_body(routed.value))
-        return _legacy_decided(routed)
+@_documented(
+    "task_commit",
+    core_s.CommitIn,
+    core_s.CommitOut,
+    "A repeat of a successful commit returns the stored body first. Otherwise, in order: CANCELLED; FENCED (EPOCH "
+    "| GENERATION | ATTEMPT | LEASE_EXPIRED); STALE_INPUT; STALE_INPUT (RESOURCE); NOT_STAGED. Where legacy "
+    "decides, a commit is a legacy complete with this attempt's staged result; with none staged the core answers.",
+)
+class TaskCommitApi(_RoutedOperation):
+    operation, input, core_body = "commit", core_s.CommitIn, staticmethod(core_apis.commit_body)
 
 
 class ClaimNextApi(APIView):

@@ -27,6 +27,23 @@ class ClaimGrant:
     scheduler_epoch: int
     fences: dict[str, int]
 
+    def fields(self) -> dict[str, Any]:
+        """The contract's answer to a won claim (claim-v1.md §4), as values."""
+        task = self.task
+        return {
+            "outcome": "CLAIMED",
+            "task_id": task.task_id,
+            "attempt_id": self.attempt_id,
+            "scheduler_epoch": self.scheduler_epoch,
+            "claim_generation": task.claim_generation,
+            "cancel_generation": task.cancel_generation,
+            "lease_expires_at": task.lease_expires_at,
+            "input_digest": task.input_digest,
+            "state_version": task.state_version,
+            "input": task.input,
+            "fences": self.fences,
+        }
+
 
 def check_lease_seconds(field: str, seconds: int) -> None:
     # The serializer checks this too; services are also called by jobs and tests, so the bound lives here.

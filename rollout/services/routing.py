@@ -63,14 +63,19 @@ class Routed:
     fields: dict[str, Any] | None = None
 
 
+def _refused_in(principal: Principal, namespace_name: str) -> Exists:
+    """Whether ``principal`` registered with a protocol the namespace (named by the outer query's
+    ``namespace_name``) refused — read in the same query as the namespace."""
+    return Exists(refused_registrations(principal).filter(namespace=OuterRef(namespace_name)))
+
+
 def namespace_of(task_id: str, principal: Principal) -> Target:
     """The task's namespace with its rollout record, and whether this worker's protocol was refused there — one
     query. A first read, to choose who decides: where legacy decides, the choice is made again under the
     namespace's lock (``still_routed``)."""
-    refused = refused_registrations(principal).filter(namespace=OuterRef("namespace__name"))
     task = (
         Task.objects.select_related("namespace__rollout")
-        .annotate(protocol_refused=Exists(refused))
+        .annotate(protocol_refused=_refused_in(principal, "namespace__name"))
         .filter(pk=task_id)
         .first()
     )
@@ -322,31 +327,13 @@ def route(
     return Routed("legacy", v1.value, {"outcome": SUCCESS[operation], **fields})
 
 
-def _grant_fields(grant: core.ClaimGrant) -> dict[str, Any]:
-    task = grant.task
-    return {
-        "outcome": "CLAIMED",
-        "task_id": task.task_id,
-        "attempt_id": grant.attempt_id,
-        "scheduler_epoch": grant.scheduler_epoch,
-        "claim_generation": task.claim_generation,
-        "cancel_generation": task.cancel_generation,
-        "lease_expires_at": task.lease_expires_at,
-        "input_digest": task.input_digest,
-        "state_version": task.state_version,
-        "input": task.input,
-        "fences": grant.fences,
-    }
-
-
 def route_claim_next(*, principal: Principal, data: dict[str, Any]) -> Routed:
     """Claim-next by stage: claim.v1 picks (its SKIP LOCKED frontier) in every open stage; where legacy decides
     it then decides the grant, and in V1_WRITES claim.v1's grant is written through."""
     name = data.get("namespace", "default")
-    refused = refused_registrations(principal).filter(namespace=OuterRef("name"))
     ns = (
         Namespace.objects.select_related("rollout")
-        .annotate(protocol_refused=Exists(refused))
+        .annotate(protocol_refused=_refused_in(principal, "name"))
         .filter(name=name)
         .first()
     )
@@ -411,7 +398,7 @@ def route_claim_next(*, principal: Principal, data: dict[str, Any]) -> Routed:
         v1=v1,
     )
     fields = {
-        **_grant_fields(grant),
+        **grant.fields(),
         "decided_by": "legacy",
         "shadow": {
             "verdict": "CLAIMED",

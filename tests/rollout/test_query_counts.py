@@ -17,8 +17,10 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 PINNED = {
     # stage: claim, renew, commit, release, claim-next, task read
     "V1_ONLY": (7, 7, 8, 9, 7, 2),
-    "SHADOW": (24, 19, 25, 21, 21, 3),  # legacy decides under the namespace lock (one statement) since issue 11
-    "V1_WRITES": (17, 15, 16, 16, 15, 2),  # a claim's or renew's write-through checks the epoch under the lock
+    # legacy decides under the namespace lock (one statement), since issue 11
+    "SHADOW": (24, 19, 25, 21, 21, 3),
+    # a claim's or renew's write-through checks the epoch under the lock
+    "V1_WRITES": (17, 15, 16, 16, 15, 2),
 }
 
 
