@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     class AuthedRequest(Request):
         """A request past ``claims.auth``: its user is the token's Principal (for the type checker only)."""
 
+        # DRF types request.user as Django's user; past claims.auth it is our Principal (a typing view only).
         @property  # type: ignore[misc]
         def user(self) -> Principal:  # type: ignore[override]
             ...

@@ -216,6 +216,7 @@ def _converters(
             converters.append(None)
             continue
         expression = field.get_col(model._meta.db_table)
+        # Field.get_db_converters is Django's (used by its own compiler) but missing from django-stubs.
         chain = _db().ops.get_db_converters(expression) + field.get_db_converters(_db())  # type: ignore[attr-defined]
         names.append(field.attname)
         converters.append((expression, chain) if chain else None)
@@ -248,6 +249,7 @@ def load(model: type[models.Model], sql: str, params: list[Any]) -> list[Any]:
                 for converter in chain:
                     value = converter(value, expression, db)
             values[name] = value
+        # field_names=None means "every concrete field, in order" (Model.from_db); the stubs want a collection.
         instance = model.from_db(db.alias, None, [values[f.attname] for f in model._meta.concrete_fields])  # type: ignore[arg-type]
         for name in values.keys() - field_names:
             setattr(instance, name, values[name])
