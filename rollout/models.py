@@ -23,6 +23,12 @@ class Protocol(models.TextChoices):
     CLAIM_V1 = "claim.v1"
 
 
+# A namespace the core created alone (``default``, or one created without the rollout app) has no RolloutState:
+# claim.v1 decides, nothing is mirrored, old workers may still register.
+DEFAULT_STAGE = Stage.V1_ONLY
+DEFAULT_PROTOCOL = Protocol.LEGACY
+
+
 class RolloutState(models.Model):
     """A namespace's place in the migration: its stage and the oldest worker protocol it admits. The rollout's
     own record, one per namespace; a namespace without one (created by the core alone, like ``default``) is at
@@ -32,8 +38,8 @@ class RolloutState(models.Model):
     namespace = models.OneToOneField(
         "claims.Namespace", on_delete=models.CASCADE, primary_key=True, related_name="rollout"
     )
-    stage = models.CharField(max_length=16, choices=Stage.choices, default=Stage.V1_ONLY)
-    min_protocol = models.CharField(max_length=16, choices=Protocol.choices, default=Protocol.LEGACY)
+    stage = models.CharField(max_length=16, choices=Stage.choices, default=DEFAULT_STAGE)
+    min_protocol = models.CharField(max_length=16, choices=Protocol.choices, default=DEFAULT_PROTOCOL)
     updated_at = models.DateTimeField()
 
     class Meta:

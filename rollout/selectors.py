@@ -27,6 +27,8 @@ from claims.models import (
 
 from .legacy import legacy_store
 from .models import (
+    DEFAULT_PROTOCOL,
+    DEFAULT_STAGE,
     ComparedOperation,
     CoverageWaiver,
     DrainSnapshot,
@@ -34,7 +36,6 @@ from .models import (
     LegacyClaim,
     Mismatch,
     MismatchStatus,
-    Protocol,
     Rollback,
     RolloutState,
     Stage,
@@ -60,7 +61,7 @@ def rollout_state(namespace: Namespace) -> tuple[str, str]:
     try:
         state = namespace.rollout
     except RolloutState.DoesNotExist:
-        return Stage.V1_ONLY, Protocol.LEGACY
+        return DEFAULT_STAGE, DEFAULT_PROTOCOL
     return state.stage, state.min_protocol
 
 

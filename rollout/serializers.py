@@ -95,11 +95,6 @@ ReadTaskPage = paginated(ReadFromOut, "RolloutTaskPage")
 # --- the legacy protocol --------------------------------------------------------------------------------------
 
 
-class LegacyHeldOut(serializers.Serializer):
-    owner_id = serializers.CharField()
-    expires_at = serializers.DateTimeField(allow_null=True)
-
-
 class LegacyClaimIn(StrictSerializer):
     owner_id = identifier()
     ttl_seconds = lease_seconds()

@@ -82,7 +82,6 @@ class Acceptance:
     principal: Principal
     ns: NamespaceHold
     task: Task
-    log: RejectionLog
     attempt_id: Any = None
     claim_generation: int | None = None
     scheduler_epoch: int | None = None
@@ -173,7 +172,6 @@ def acceptance_point(
             principal=principal,
             ns=ns,
             task=task,
-            log=log,
             attempt_id=attempt_id,
             claim_generation=claim_generation,
             scheduler_epoch=scheduler_epoch,

@@ -64,14 +64,17 @@ def _mirror(
         attempt = _last_attempt(task_id, principal.owner_id)
         if attempt is None:
             return V1Verdict(False, "FENCED", "ATTEMPT")
-        ids = attempt.attempt_id, attempt.claim_generation
+        # The attempt as claim.v1 granted it: every mirrored call names it so.
+        named: dict[str, Any] = {
+            "principal": principal,
+            "task_id": task_id,
+            "attempt_id": attempt.attempt_id,
+            "claim_generation": attempt.claim_generation,
+        }
         if operation == "heartbeat":
             return judged(
                 lambda: core.task_renew(
-                    principal=principal,
-                    task_id=task_id,
-                    attempt_id=ids[0],
-                    claim_generation=ids[1],
+                    **named,
                     owner_id=principal.owner_id,
                     scheduler_epoch=attempt.scheduler_epoch,
                     cancel_generation=attempt.cancel_generation,
@@ -82,10 +85,7 @@ def _mirror(
         if operation == "release":
             return judged(
                 lambda: core.task_release(
-                    principal=principal,
-                    task_id=task_id,
-                    attempt_id=ids[0],
-                    claim_generation=ids[1],
+                    **named,
                     owner_id=principal.owner_id,
                     scheduler_epoch=attempt.scheduler_epoch,
                 ),
@@ -94,10 +94,7 @@ def _mirror(
         # complete → stage + commit of that attempt, with the values current when it was granted
         judged(
             lambda: core.result_stage(
-                principal=principal,
-                task_id=task_id,
-                attempt_id=ids[0],
-                claim_generation=ids[1],
+                **named,
                 result=result,
                 result_digest=result_digest,
             ),
@@ -105,10 +102,7 @@ def _mirror(
         )
         return judged(
             lambda: core.task_commit(
-                principal=principal,
-                task_id=task_id,
-                attempt_id=ids[0],
-                claim_generation=ids[1],
+                **named,
                 scheduler_epoch=attempt.scheduler_epoch,
                 observed_cancel_generation=attempt.cancel_generation,
                 input_digest=attempt.input_digest,

@@ -17,7 +17,7 @@ from claims import services as core
 from claims.errors import InvalidTransition
 from claims.models import Namespace, Principal
 
-from ..models import Protocol, RolloutState, Stage
+from ..models import DEFAULT_PROTOCOL, DEFAULT_STAGE, RolloutState
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def lock(*, name: str) -> Locked:
     hold = core.namespace_lock(name=name)
     state = RolloutState.objects.select_for_update().filter(pk=hold.id).first()
     if state is None:
-        return Locked(hold, Stage.V1_ONLY, Protocol.LEGACY)
+        return Locked(hold, DEFAULT_STAGE, DEFAULT_PROTOCOL)
     return Locked(hold, state.stage, state.min_protocol)
 
 
@@ -64,7 +64,7 @@ def hold_for_decision(namespace_id: int) -> Held:
             [namespace_id],
         )
         epoch, paused, stage = cursor.fetchone()
-    return Held(epoch, bool(paused), stage or Stage.V1_ONLY)
+    return Held(epoch, bool(paused), stage or DEFAULT_STAGE)
 
 
 def namespace_create(*, principal: Principal, name: str, stage: str, min_protocol: str) -> Namespace:
@@ -95,7 +95,7 @@ def set_stage(locked: Locked, *, principal: Principal | None, stage: str, reason
         )
         if (
             not changed
-            and locked.stage == Stage.V1_ONLY
+            and locked.stage == DEFAULT_STAGE
             and not RolloutState.objects.filter(pk=hold.id).exists()
         ):
             RolloutState.objects.create(

@@ -88,8 +88,3 @@ def protocol_too_old(stage: str) -> ProtocolTooOld:
         "this worker registered with a protocol the namespace refuses; register again",
         current={"stage": stage},
     )
-
-
-def refuse_if_too_old(*, principal: Principal, namespace: str, stage: str) -> None:
-    if refused_registrations(principal).filter(namespace=namespace).exists():
-        raise protocol_too_old(stage)
