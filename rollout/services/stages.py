@@ -85,10 +85,17 @@ def drained(snapshot: DrainSnapshot) -> bool:
 
 def evaluate_gate(*, namespace: str) -> Gate | None:
     """Evaluate and record the gate of the namespace's next move (the ``gate_check`` job; reads show the last
-    recorded one, ``selectors.last_gate``); None at V1_ONLY."""
+    recorded one, ``selectors.last_gate``); None at V1_ONLY.
+
+    The stage (and the namespace's epoch, which the drain figures use) is read under the namespace row's FOR SHARE
+    lock, and the clock after it: an advance or rollback (NO KEY UPDATE) waits until the evaluation is recorded,
+    so no evaluation is filed under a stage that had already ended."""
     ns = selectors.namespace_or_404(namespace)
     with transaction.atomic(durable=True):
-        return _evaluate(ns, selectors.stage_of(ns), now=clock.now())
+        held = state.hold_for_decision(ns.id)
+        ns = selectors.namespace_or_404(namespace)  # as the lock keeps it
+        interleave.reach("evaluate_gate.held")
+        return _evaluate(ns, held.stage, now=clock.now())
 
 
 def _evaluate(ns: Namespace, stage: str, *, now: Any) -> Gate | None:

@@ -363,3 +363,35 @@ def test_a_fence_between_claim_v1s_grant_and_the_write_through_keeps_the_fenced_
     assert fenced.status_code == 200, fenced.json()
     assert box["value"].status_code == 200  # the grant happened before the fence; the fence ended it
     assert not LegacyClaim.objects.filter(pk=task_id).exclude(owner_id="").exists()
+
+
+@pytest.mark.postgres
+def test_a_gate_evaluation_is_recorded_for_the_stage_it_was_evaluated_in(operator):
+    """The gate-check job reads the stage under the namespace's lock: an advance that lands while it evaluates
+    waits for the evaluation to be recorded, so no evaluation is filed under a stage that had already ended."""
+    from rollout.models import GateEvaluation
+    from rollout.tasks import gate_check
+
+    oncall = make_actor("oncall-gate", "oncall")
+    namespace = _ns(operator, "gate-racing", "LEGACY")
+    pause = Pause("evaluate_gate.held")
+
+    checker, checked = run_in_thread(lambda: gate_check(namespace))
+    pause.wait_reached()  # the job has read the stage (LEGACY) and not yet recorded its evaluation
+    advancer, advanced = run_in_thread(
+        lambda: oncall.post(
+            f"/namespaces/{namespace}/rollout/advance",
+            {"to_stage": "SHADOW", "reason": "go", "override": True},
+        )
+    )
+    wait_done_or_waiting(advanced, 1)
+    pause.resume()
+    checker.join(30)
+    advancer.join(30)
+
+    assert "error" not in checked and advanced["value"].status_code == 200, (checked, advanced)
+    changes = list(StageChange.objects.filter(namespace=namespace).order_by("at"))
+    for evaluation in GateEvaluation.objects.filter(namespace=namespace):
+        earlier = [c for c in changes if c.at < evaluation.at]
+        in_force = earlier[-1].to_stage if earlier else "LEGACY"
+        assert evaluation.move.startswith(f"{in_force} "), (evaluation.move, evaluation.at, changes)
