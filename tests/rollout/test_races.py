@@ -268,30 +268,49 @@ def test_the_fence_self_check_is_never_counted_as_traffic(operator):
 # decision sends the request back through the routing.
 
 
-def _claim_in_thread(worker, task_id):
-    return run_in_thread(lambda: worker.claim(task_id))
+def _overtaken(point: str, request, interloper):
+    """Run ``request`` on its own connection until it reaches ``point``, let ``interloper`` run to completion
+    there, then let the request finish. Returns both answers."""
+    pause = Pause(point)
+    thread, box = run_in_thread(request)
+    pause.wait_reached()
+    interloped = interloper()
+    pause.resume()
+    thread.join(30)
+    assert "error" not in box, box
+    return box["value"], interloped
+
+
+def _routed_setup(operator, name: str, stage: str, worker: str) -> tuple:
+    oncall = make_actor(f"oncall-{name}", "oncall")
+    namespace = _ns(operator, name, stage)
+    task_id = operator.create(namespace=namespace).json()["task_id"]
+    return oncall, make_actor(worker, "worker"), namespace, task_id
+
+
+def _advance_to_v1_writes(oncall, namespace):
+    return lambda: oncall.post(
+        f"/namespaces/{namespace}/rollout/advance",
+        {"to_stage": "V1_WRITES", "reason": "go", "override": True},
+    )
+
+
+def _fence(oncall, namespace):
+    return lambda: oncall.post(f"/namespaces/{namespace}/fence", {"reason": "incident"})
 
 
 @pytest.mark.postgres
 def test_an_advance_to_v1_writes_between_the_routing_read_and_legacys_decision_reroutes_to_claim_v1(operator):
-    oncall = make_actor("oncall-route", "oncall")
-    worker = make_actor("router-a", "worker")
-    namespace = _ns(operator, "routing-advance", "V1_READS")
-    task_id = operator.create(namespace=namespace).json()["task_id"]
-    pause = Pause("routing.routed")
+    oncall, worker, namespace, task_id = _routed_setup(operator, "routing-advance", "V1_READS", "router-a")
 
-    thread, box = _claim_in_thread(worker, task_id)
-    pause.wait_reached()  # routed to legacy on V1_READS, legacy not yet asked
-    advanced = oncall.post(
-        f"/namespaces/{namespace}/rollout/advance",
-        {"to_stage": "V1_WRITES", "reason": "go", "override": True},
+    # routed to legacy on V1_READS, legacy not yet asked, when the advance lands
+    claimed, advanced = _overtaken(
+        "routing.routed", lambda: worker.claim(task_id), _advance_to_v1_writes(oncall, namespace)
     )
-    pause.resume()
-    thread.join(30)
 
     assert advanced.status_code == 200, advanced.json()
-    answer = box["value"].json()
-    assert box["value"].status_code == 200, answer
+    answer = claimed.json()
+    assert claimed.status_code == 200, answer
     assert "decided_by" not in answer  # claim.v1 decided: V1_WRITES, not legacy
     assert Task.objects.get(pk=task_id).owner_id == "router-a"
     legacy_row = LegacyClaim.objects.get(pk=task_id)
@@ -301,67 +320,44 @@ def test_an_advance_to_v1_writes_between_the_routing_read_and_legacys_decision_r
 
 @pytest.mark.postgres
 def test_a_fence_between_the_routing_read_and_legacys_decision_grants_no_claim(operator):
-    oncall = make_actor("oncall-fence-route", "oncall")
-    worker = make_actor("router-b", "worker")
-    namespace = _ns(operator, "routing-fence", "SHADOW")
-    task_id = operator.create(namespace=namespace).json()["task_id"]
-    pause = Pause("routing.routed")
+    oncall, worker, namespace, task_id = _routed_setup(operator, "routing-fence", "SHADOW", "router-b")
 
-    thread, box = _claim_in_thread(worker, task_id)
-    pause.wait_reached()  # routed to legacy: epoch 1, claims not paused
-    fenced = oncall.post(f"/namespaces/{namespace}/fence", {"reason": "incident"})
-    pause.resume()
-    thread.join(30)
+    # routed to legacy on epoch 1 with claims not paused, when the fence lands
+    claimed, fenced = _overtaken("routing.routed", lambda: worker.claim(task_id), _fence(oncall, namespace))
 
     assert fenced.status_code == 200, fenced.json()
-    answer = box["value"].json()
-    assert box["value"].status_code == 409 and answer["outcome"] == "FENCED", (
-        answer
-    )  # the carried epoch is old
+    answer = claimed.json()
+    assert claimed.status_code == 409 and answer["outcome"] == "FENCED", answer  # the carried epoch is old
     assert not LegacyClaim.objects.filter(pk=task_id).exclude(owner_id="").exists()
     assert Task.objects.get(pk=task_id).state == "READY"
 
 
 @pytest.mark.postgres
 def test_an_advance_closing_the_legacy_protocol_before_legacys_decision_refuses_the_legacy_claim(operator):
-    oncall = make_actor("oncall-legacy-route", "oncall")
-    worker = make_actor("router-c", "worker")
-    namespace = _ns(operator, "legacy-closing", "V1_READS")
-    task_id = operator.create(namespace=namespace).json()["task_id"]
-    pause = Pause("legacy_operation.routed")
+    oncall, worker, namespace, task_id = _routed_setup(operator, "legacy-closing", "V1_READS", "router-c")
 
-    thread, box = run_in_thread(lambda: _legacy(worker, task_id, "claim", ttl_seconds=30))
-    pause.wait_reached()
-    advanced = oncall.post(
-        f"/namespaces/{namespace}/rollout/advance",
-        {"to_stage": "V1_WRITES", "reason": "go", "override": True},
+    claimed, advanced = _overtaken(
+        "legacy_operation.routed",
+        lambda: _legacy(worker, task_id, "claim", ttl_seconds=30),
+        _advance_to_v1_writes(oncall, namespace),
     )
-    pause.resume()
-    thread.join(30)
 
     assert advanced.status_code == 200, advanced.json()
-    answer = box["value"].json()
-    assert box["value"].status_code == 409 and answer["outcome"] == "PROTOCOL_TOO_OLD", answer
+    answer = claimed.json()
+    assert claimed.status_code == 409 and answer["outcome"] == "PROTOCOL_TOO_OLD", answer
     assert not LegacyClaim.objects.filter(pk=task_id).exclude(owner_id="").exists()
     assert Task.objects.get(pk=task_id).state == "READY"
 
 
 @pytest.mark.postgres
 def test_a_fence_between_claim_v1s_grant_and_the_write_through_keeps_the_fenced_grant_out_of_legacy(operator):
-    oncall = make_actor("oncall-write-through", "oncall")
-    worker = make_actor("router-d", "worker")
-    namespace = _ns(operator, "writing-through", "V1_WRITES")
-    task_id = operator.create(namespace=namespace).json()["task_id"]
-    pause = Pause("routing.decided")
+    oncall, worker, namespace, task_id = _routed_setup(operator, "writing-through", "V1_WRITES", "router-d")
 
-    thread, box = _claim_in_thread(worker, task_id)
-    pause.wait_reached()  # claim.v1 granted under epoch 1; the legacy store not yet written
-    fenced = oncall.post(f"/namespaces/{namespace}/fence", {"reason": "rollback coming"})
-    pause.resume()
-    thread.join(30)
+    # claim.v1 granted under epoch 1, the legacy store not yet written, when the fence lands
+    claimed, fenced = _overtaken("routing.decided", lambda: worker.claim(task_id), _fence(oncall, namespace))
 
     assert fenced.status_code == 200, fenced.json()
-    assert box["value"].status_code == 200  # the grant happened before the fence; the fence ended it
+    assert claimed.status_code == 200  # the grant happened before the fence; the fence ended it
     assert not LegacyClaim.objects.filter(pk=task_id).exclude(owner_id="").exists()
 
 
