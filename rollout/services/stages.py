@@ -25,9 +25,6 @@ from ..models import CoverageWaiver, DrainSnapshot, GateEvaluation, Rollback, St
 from . import state
 from .errors import GateNotMet, RollbackInProgress
 
-ORDER = selectors.ORDER
-next_stage = selectors.next_stage
-
 
 @dataclass(frozen=True)
 class Gate:
@@ -101,7 +98,7 @@ def evaluate_gate(*, namespace: str) -> Gate | None:
 def _evaluate(ns: Namespace, stage: str, *, now: Any) -> Gate | None:
     """The gate of ``ns``'s next move from ``stage``, recorded with its figures inside the caller's
     transaction."""
-    to = next_stage(stage)
+    to = selectors.next_stage(stage)
     if to is None:
         return None
     move = f"{stage} → {to}"
@@ -248,7 +245,7 @@ def advance(
                     "rollback": {"to_stage": running.to_stage, "step": running.step},
                 },
             )
-        expected = next_stage(stage)
+        expected = selectors.next_stage(stage)
         if to_stage != expected:
             raise InvalidTransition(
                 f"from {stage} the next stage is {expected}, not {to_stage}",
@@ -323,7 +320,8 @@ def rollback(
             Rollback.objects.select_for_update().filter(namespace=hold.name, finished_at__isnull=True).first()
         )
         if running is None:
-            if to_stage not in ORDER or ORDER.index(to_stage) >= ORDER.index(locked.stage):
+            order = selectors.ORDER
+            if to_stage not in order or order.index(to_stage) >= order.index(locked.stage):
                 raise InvalidTransition(
                     f"roll back from {locked.stage} to an earlier stage, not {to_stage}",
                     current={"stage": locked.stage},
