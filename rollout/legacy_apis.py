@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.response import Response
+from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from claims.apis import AuthedRequest, error_responses, parsed
@@ -11,22 +14,8 @@ from claims.permissions import IsWorker
 from claims.serializers import OutcomeOut
 
 from . import serializers as s
-from .services.errors import LegacyRefused
-from .services.legacy_api import LegacyAnswer, legacy_operation
-
-
-def _answer(answer: LegacyAnswer, out: type, ok_body: dict) -> Response:
-    """Legacy's verdict: its answer through ``out``, or its refusal word (HELD, NOT_OWNER) as a typed 409."""
-    verdict = answer.verdict
-    if not verdict.accepted:
-        held = {"owner_id": verdict.owner_id, "expires_at": verdict.expires_at}
-        raise LegacyRefused(
-            verdict.word,
-            "another owner holds the claim" if verdict.word == "HELD" else "the claim names another owner",
-            current=held,
-            extra=held,
-        )
-    return Response(out(ok_body).data)
+from .legacy import LegacyVerdict
+from .services.legacy_api import legacy_operation
 
 
 def _errors() -> dict:
@@ -40,68 +29,68 @@ def _errors() -> dict:
     }
 
 
-class LegacyClaimApi(APIView):
-    permission_classes = [IsWorker]
+class _LegacyOperation(APIView):
+    """One legacy-API operation: parse, let ``services.legacy_api`` serve it as the stage says (a refusal is its
+    typed error), and answer legacy's verdict through ``out``."""
 
-    @extend_schema(
-        operation_id="legacy_claim",
-        request=s.LegacyClaimIn,
-        tags=["legacy"],
-        responses={200: s.LegacyClaimedOut, **_errors()},
-        description="Legacy claim: 200 {owner_id, expires_at}; 409 {outcome: HELD, owner_id, expires_at} "
-        "while another owner's claim is unexpired; 409 PROTOCOL_TOO_OLD from V1_WRITES on.",
-    )
+    permission_classes = [IsWorker]
+    operation: str
+    input: type[Serializer]
+    out: type[Serializer]
+
+    def answer(self, verdict: LegacyVerdict) -> dict[str, Any]:
+        return {"outcome": verdict.word}
+
     def post(self, request: AuthedRequest, task_id: str) -> Response:
-        data = parsed(s.LegacyClaimIn, request)
-        answer = legacy_operation("claim", principal=request.user, task_id=task_id, **data)
-        return _answer(
-            answer,
-            s.LegacyClaimedOut,
-            {"owner_id": answer.verdict.owner_id, "expires_at": answer.verdict.expires_at},
+        data = parsed(self.input, request)
+        served = legacy_operation(self.operation, principal=request.user, task_id=task_id, **data)
+        return Response(self.out(self.answer(served.verdict)).data)
+
+
+def _documented(operation_id: str, request: type, out: type, description: str = "") -> Any:
+    return extend_schema_view(
+        post=extend_schema(
+            operation_id=operation_id,
+            request=request,
+            tags=["legacy"],
+            responses={200: out, **_errors()},
+            description=description,
         )
-
-
-class LegacyHeartbeatApi(APIView):
-    permission_classes = [IsWorker]
-
-    @extend_schema(
-        operation_id="legacy_heartbeat",
-        request=s.LegacyClaimIn,
-        tags=["legacy"],
-        responses={200: s.LegacyHeartbeatOut, **_errors()},
     )
-    def post(self, request: AuthedRequest, task_id: str) -> Response:
-        data = parsed(s.LegacyClaimIn, request)
-        answer = legacy_operation("heartbeat", principal=request.user, task_id=task_id, **data)
-        return _answer(answer, s.LegacyHeartbeatOut, {"expires_at": answer.verdict.expires_at})
 
 
-class LegacyReleaseApi(APIView):
-    permission_classes = [IsWorker]
+@_documented(
+    "legacy_claim",
+    s.LegacyClaimIn,
+    s.LegacyClaimedOut,
+    "Legacy claim: 200 {owner_id, expires_at}; 409 {outcome: HELD, owner_id, expires_at} while another owner's "
+    "claim is unexpired; 409 PROTOCOL_TOO_OLD from V1_WRITES on.",
+)
+class LegacyClaimApi(_LegacyOperation):
+    operation, input, out = "claim", s.LegacyClaimIn, s.LegacyClaimedOut
 
-    @extend_schema(
-        operation_id="legacy_release",
-        request=s.LegacyReleaseIn,
-        tags=["legacy"],
-        responses={200: OutcomeOut, **_errors()},
-    )
-    def post(self, request: AuthedRequest, task_id: str) -> Response:
-        data = parsed(s.LegacyReleaseIn, request)
-        answer = legacy_operation("release", principal=request.user, task_id=task_id, **data)
-        return _answer(answer, OutcomeOut, {"outcome": "RELEASED"})
+    def answer(self, verdict: LegacyVerdict) -> dict[str, Any]:
+        return {"owner_id": verdict.owner_id, "expires_at": verdict.expires_at}
 
 
-class LegacyCompleteApi(APIView):
-    permission_classes = [IsWorker]
+@_documented("legacy_heartbeat", s.LegacyClaimIn, s.LegacyHeartbeatOut)
+class LegacyHeartbeatApi(_LegacyOperation):
+    operation, input, out = "heartbeat", s.LegacyClaimIn, s.LegacyHeartbeatOut
 
-    @extend_schema(
-        operation_id="legacy_complete",
-        request=s.LegacyCompleteIn,
-        tags=["legacy"],
-        responses={200: OutcomeOut, **_errors()},
-        description="Unconditional: last write wins (that is the legacy protocol).",
-    )
-    def post(self, request: AuthedRequest, task_id: str) -> Response:
-        data = parsed(s.LegacyCompleteIn, request)
-        answer = legacy_operation("complete", principal=request.user, task_id=task_id, **data)
-        return _answer(answer, OutcomeOut, {"outcome": "COMPLETED"})
+    def answer(self, verdict: LegacyVerdict) -> dict[str, Any]:
+        return {"expires_at": verdict.expires_at}
+
+
+@_documented("legacy_release", s.LegacyReleaseIn, OutcomeOut)
+class LegacyReleaseApi(_LegacyOperation):
+    operation, input, out = "release", s.LegacyReleaseIn, OutcomeOut
+
+
+@_documented(
+    "legacy_complete",
+    s.LegacyCompleteIn,
+    OutcomeOut,
+    "Unconditional: last write wins (that is the legacy protocol).",
+)
+class LegacyCompleteApi(_LegacyOperation):
+    operation, input, out = "complete", s.LegacyCompleteIn, OutcomeOut

@@ -21,7 +21,7 @@ from claims.models import Attempt, Namespace, Principal
 from ..legacy import LegacyVerdict, legacy_store
 from ..models import Mismatch
 from . import routing
-from .errors import ProtocolTooOld
+from .errors import LegacyRefused, ProtocolTooOld
 from .shadow import V1Verdict, compare, judged, record_legacy
 from .workers import protocol_too_old
 
@@ -169,7 +169,8 @@ def legacy_operation(
     result_digest: str = "",
     reroutes: int = 3,
 ) -> LegacyAnswer:
-    """Serve one legacy-API request. The answer is legacy's verdict (and the mismatch, if the stores disagreed)."""
+    """Serve one legacy-API request: legacy's accepted verdict (and the mismatch, if the stores disagreed), or its
+    refusal as LegacyRefused (409 with its own word)."""
     target = routing.namespace_of(task_id, principal)  # 404 before the owner's 403 (claim-v1.md §2)
     if owner_id != principal.owner_id:
         raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
@@ -215,7 +216,7 @@ def legacy_operation(
             reroutes=reroutes - 1,
         )
     if target.stage not in routing.LEGACY_DECIDES:
-        return LegacyAnswer(verdict)
+        return _answered(LegacyAnswer(verdict))
     v1 = _mirror(
         operation,
         principal=principal,
@@ -234,4 +235,19 @@ def legacy_operation(
         legacy=verdict,
         v1=v1,
     )
-    return LegacyAnswer(verdict, mismatch)
+    return _answered(LegacyAnswer(verdict, mismatch))
+
+
+def _answered(answer: LegacyAnswer) -> LegacyAnswer:
+    """Legacy's verdict is the answer; its refusal (HELD, NOT_OWNER) is the typed 409, raised once every record
+    of the operation — legacy's history, the comparison, a mismatch — is written."""
+    verdict = answer.verdict
+    if not verdict.accepted:
+        held = {"owner_id": verdict.owner_id, "expires_at": verdict.expires_at}
+        raise LegacyRefused(
+            verdict.word,
+            "another owner holds the claim" if verdict.word == "HELD" else "the claim names another owner",
+            current=held,
+            extra=held,
+        )
+    return answer
