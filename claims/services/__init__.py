@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._base import NamespaceHold, acting_via, audit, namespace_lock, synthetic
+from ._base import Guard, NamespaceHold, acting_via, audit, guarded, namespace_lock, synthetic
 from .claiming import ClaimGrant, task_claim, task_claim_next
 from .dispatch import Delivery, dispatch_deliver
 from .effects import (
@@ -20,15 +20,17 @@ from .namespaces import (
     namespace_release_hold,
     namespace_resume,
 )
-from .principals import IssuedToken, hash_token, token_issue
+from .principals import IssuedToken, hash_token, token_issue, token_revoke
 from .resources import ResourceView, resource_check, resource_create, resource_delete, resource_get
 from .results import Committed, Staged, result_stage, task_commit
 from .tasks import TaskCreated, task_cancel, task_create, task_requeue, task_revise_input
 
 __all__ = [
+    "Guard",
     "NamespaceHold",
     "acting_via",
     "audit",
+    "guarded",
     "Delivery",
     "Prepared",
     "ResourceView",
@@ -65,5 +67,6 @@ __all__ = [
     "task_requeue",
     "task_revise_input",
     "token_issue",
+    "token_revoke",
     "synthetic",
 ]

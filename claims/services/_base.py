@@ -4,7 +4,7 @@ entries, and logging a rejection in its own small transaction."""
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -122,6 +122,29 @@ def task_current(task: Task, ns: NamespaceHold) -> dict[str, Any]:
         "cancel_generation": task.cancel_generation,
         "input_digest": task.input_digest,
     }
+
+
+Guard = Callable[[str, NamespaceHold], None]
+_guard: contextvars.ContextVar[Guard | None] = contextvars.ContextVar("claims_guard", default=None)
+
+
+@contextmanager
+def guarded(check: Guard) -> Iterator[None]:
+    """Requests made inside this block call ``check(point, namespace)`` at their acceptance point, inside the
+    decision's transaction, once the namespace is held (FOR SHARE) and before anything is decided — so a wrapping
+    app can make its own reads under the same lock, and refuse (any exception rolls the decision back; one that
+    is not a ``Conflict`` is not logged as a rejection). The core does not know what is checked."""
+    token = _guard.set(check)
+    try:
+        yield
+    finally:
+        _guard.reset(token)
+
+
+def run_guard(point: str, ns: NamespaceHold) -> None:
+    check = _guard.get()
+    if check is not None:
+        check(point, ns)
 
 
 _via: contextvars.ContextVar[str] = contextvars.ContextVar("claims_via", default="")

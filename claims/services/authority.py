@@ -29,7 +29,7 @@ from django.db import transaction
 
 from ..errors import Cancelled, ClaimsPaused, Conflict, Fenced, Forbidden
 from ..models import Attempt, Principal, Task, TaskState
-from ._base import NamespaceHold, RejectionLog, hold_task, task_current
+from ._base import NamespaceHold, RejectionLog, hold_task, run_guard, task_current
 
 
 def require_owner(principal: Principal, owner_id: str) -> None:
@@ -168,6 +168,7 @@ def acceptance_point(
     with log, transaction.atomic(durable=True):
         ns, task = hold_task(task_id)
         log.namespace_id = ns.id
+        run_guard(point, ns)
         yield Acceptance(
             principal=principal,
             ns=ns,

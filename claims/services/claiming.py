@@ -15,7 +15,7 @@ from ..errors import Invalid, NotClaimable, NotFound, VersionMismatch
 from ..models import AcceptancePoint, Attempt, AttemptEnd, EventKind, Principal, Task, TaskState
 from ..states import check_transition
 from . import _sql, statements
-from ._base import NamespaceHold, RejectionLog, event_statement, hold_namespace
+from ._base import NamespaceHold, RejectionLog, event_statement, hold_namespace, run_guard
 from .authority import acceptance_point, require_epoch_and_pause, require_owner
 from .resources import take_fences
 
@@ -297,6 +297,7 @@ def _claim_next_once(
         except NotFound:
             raise Invalid({"namespace": [f"unknown namespace {namespace!r}"]}) from None
         log.namespace_id = ns.id
+        run_guard(AcceptancePoint.CLAIM, ns)
         require_owner(principal, owner_id)
         require_epoch_and_pause(ns, scheduler_epoch)
         now_param = _sql.prep(Task, "lease_expires_at", ns.now)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -17,6 +18,28 @@ TOKEN_PREFIX = "cp_"
 
 def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+# Called once a change commits with a token's key hash (revoked), or None (a principal changed: forget them all):
+# the authentication's per-process cache forgets what it remembered.
+on_tokens_changed: list[Callable[[str | None], None]] = []
+
+
+def _tokens_changed(key_hash: str | None) -> None:
+    transaction.on_commit(lambda: [forget(key_hash) for forget in on_tokens_changed])
+
+
+def token_revoke(*, token_id: int) -> bool:
+    """Revoke a token: from now on it authenticates nothing — at once in this process, within
+    ``TOKEN_CACHE_SECONDS`` in every other (``claims.auth``). False when it was already revoked."""
+    with transaction.atomic(durable=True):
+        token = Token.objects.select_for_update().filter(pk=token_id).first()
+        if token is None or token.revoked_at is not None:
+            return False
+        token.revoked_at = clock.now()
+        token.save(update_fields=["revoked_at"])
+        _tokens_changed(token.key_hash)
+    return True
 
 
 @dataclass(frozen=True)
@@ -39,6 +62,7 @@ def token_issue(*, name: str, role: str, pool: str = "") -> IssuedToken:
         if not created and pool and principal.pool != pool:
             principal.pool = pool
             principal.save(update_fields=["pool"])
+            _tokens_changed(None)
         raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
         Token.objects.create(principal=principal, key_hash=hash_token(raw), prefix=raw[:10], created_at=now)
     return IssuedToken(principal=principal, token=raw)

@@ -51,11 +51,12 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Django's session, CSRF, auth and message middleware, skipped for /api/ (bearer tokens only).
+    "controlplane.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "controlplane.middleware.CsrfViewMiddleware",
+    "controlplane.middleware.AuthenticationMiddleware",
+    "controlplane.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
@@ -167,6 +168,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
 }
+
+# A token found is remembered per process this long: revocation takes effect everywhere within it (claims/auth.py).
+TOKEN_CACHE_SECONDS = env_int("TOKEN_CACHE_SECONDS", 5, minimum=0, maximum=300)
 
 # Requests per principal (DRF rate syntax: N/s, N/min, N/hour); empty disables the limit.
 API_RATE_LIMIT = env_str("API_RATE_LIMIT", "6000/min")

@@ -10,6 +10,12 @@ validated input. It answers with a domain outcome (``Routed``) or raises a typed
 | V1_WRITES        | claim.v1  | its decision written through to the legacy store, for rollback            |
 | V1_ONLY          | claim.v1  | nothing                                                                    |
 
+First, the fast path: the core serves the request with a guard (``core.guarded``) that reads, under the
+namespace lock the core's own transaction takes, whether claim.v1 alone decides (V1_ONLY, the worker's protocol
+not refused — ``state.decides_alone``). When it does, that is the whole request: one transaction, one extra
+statement. When it does not, the guard rolls the core's transaction back before anything was decided or written,
+and the request takes the full routing below.
+
 In every stage, first: the owner and the attempt named must be the caller's (403), a worker whose protocol was
 refused is refused (PROTOCOL_TOO_OLD), and the epoch rule holds before legacy is asked — an old carried epoch, an
 attempt granted before a fence, or a claim while claims are paused goes to the core, which refuses it and counts
@@ -19,6 +25,7 @@ whose complete is unconditional, is never asked on its behalf.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +42,7 @@ from ..models import Stage
 from ..selectors import rollout_state as state_of
 from .errors import LegacyRefused, StageNotOpen
 from .shadow import V1Verdict, compare, judged, record_legacy
-from .state import hold_for_decision
+from .state import decides_alone, hold_for_decision
 from .workers import protocol_too_old, refused_registrations
 
 LEGACY_DECIDES = (Stage.SHADOW, Stage.V1_READS)
@@ -61,6 +68,43 @@ class Routed:
     decided_by: str
     value: Any = None
     fields: dict[str, Any] | None = None
+
+
+class _NotAlone(Exception):
+    """Raised by the fast path's guard: claim.v1 does not decide alone here (not a Conflict, so not logged)."""
+
+
+def _claim_v1_alone(principal: Principal) -> core.Guard:
+    def check(point: str, ns: core.NamespaceHold) -> None:
+        if not decides_alone(ns, principal):
+            raise _NotAlone
+
+    return check
+
+
+# Which path to try first — a hint only, never a decision: both paths are right in every stage, the fast one just
+# rolls back when the guard finds claim.v1 not alone. Where a namespace was lately seen not V1_ONLY (per name for
+# claim-next, per process for the task operations, whose namespace is known only once locked), the full routing
+# goes first, so the stages where legacy decides do not pay for a rolled-back try on every request.
+_HINT_SECONDS = 30.0
+_not_alone_at: dict[str, float] = {}
+
+
+def forget_hints() -> None:
+    _not_alone_at.clear()
+
+
+def _fast(call: Any, principal: Principal, hint: str) -> Routed | None:
+    """The request served by the core alone when, under its lock, claim.v1 decides alone; else None."""
+    seen = _not_alone_at.get(hint)
+    if seen is not None and time.monotonic() - seen < _HINT_SECONDS:
+        return None
+    try:
+        with core.guarded(_claim_v1_alone(principal)):
+            return Routed(CLAIM_V1, call())
+    except _NotAlone:
+        _not_alone_at[hint] = time.monotonic()
+        return None
 
 
 def _refused_in(principal: Principal, namespace_name: str) -> Exists:
@@ -234,10 +278,15 @@ def _refused(verdict: LegacyVerdict, fields: dict[str, Any]) -> LegacyRefused:
     )
 
 
-def route(
+def route(operation: str, *, principal: Principal, task_id: str, data: dict[str, Any]) -> Routed:
+    """Serve one claim.v1 worker operation (claim, renew, release, commit) as the namespace's stage says."""
+    fast = _fast(lambda: _core(operation, principal=principal, task_id=task_id, data=data), principal, "")
+    return fast if fast is not None else _route(operation, principal=principal, task_id=task_id, data=data)
+
+
+def _route(
     operation: str, *, principal: Principal, task_id: str, data: dict[str, Any], reroutes: int = 3
 ) -> Routed:
-    """Serve one claim.v1 worker operation (claim, renew, release, commit) as the namespace's stage says."""
     target = namespace_of(task_id, principal)  # 404 before the owner's 403 (claim-v1.md §2)
     ns, stage = target.namespace, target.stage
     owner_id = data.get("owner_id", principal.owner_id)
@@ -272,6 +321,9 @@ def route(
         staged = StagedResult.objects.filter(
             task_id=task_id, attempt_id=data["attempt_id"], result_digest=data["result_digest"]
         ).first()
+        if staged is None and "result" in data:
+            # claim-v1.md §9: the result inline is what legacy completes with; claim.v1 stages it in its commit.
+            staged = StagedResult(task_id=task_id, result=data["result"], result_digest=data["result_digest"])
         # Legacy would decide on nothing: the core answers, and it can only refuse.
         core_decides = staged is None and stage in LEGACY_DECIDES
     if core_decides:
@@ -303,7 +355,7 @@ def route(
             raise InvalidTransition(
                 "the namespace's stage kept moving under this request: send it again", reason="STAGE_CHANGED"
             )
-        return route(operation, principal=principal, task_id=task_id, data=data, reroutes=reroutes - 1)
+        return _route(operation, principal=principal, task_id=task_id, data=data, reroutes=reroutes - 1)
     v1 = judged(
         lambda: _core(operation, principal=principal, task_id=task_id, data=data),
         accepted_word=SUCCESS[operation],
@@ -322,6 +374,8 @@ def route(
         raise _refused(verdict, fields)
     if operation == "commit" and v1.accepted:
         fields.update(result_commit_id=v1.value.result_commit_id, unblocked=v1.value.unblocked)
+        if v1.value.staged_result_id is not None:
+            fields["staged_result_id"] = v1.value.staged_result_id
     if operation == "renew":
         fields["lease_expires_at"] = verdict.expires_at
     return Routed("legacy", v1.value, {"outcome": SUCCESS[operation], **fields})
@@ -330,6 +384,11 @@ def route(
 def route_claim_next(*, principal: Principal, data: dict[str, Any]) -> Routed:
     """Claim-next by stage: claim.v1 picks (its SKIP LOCKED frontier) in every open stage; where legacy decides
     it then decides the grant, and in V1_WRITES claim.v1's grant is written through."""
+    fast = _fast(
+        lambda: core.task_claim_next(principal=principal, **data), principal, data.get("namespace", "default")
+    )
+    if fast is not None:
+        return fast
     name = data.get("namespace", "default")
     ns = (
         Namespace.objects.select_related("rollout")

@@ -17,7 +17,7 @@ from claims import services as core
 from claims.errors import InvalidTransition
 from claims.models import Namespace, Principal
 
-from ..models import DEFAULT_PROTOCOL, DEFAULT_STAGE, RolloutState
+from ..models import DEFAULT_PROTOCOL, DEFAULT_STAGE, RolloutState, Stage, WorkerRegistration
 
 
 @dataclass(frozen=True)
@@ -53,18 +53,37 @@ class Held:
 
 def hold_for_decision(namespace_id: int) -> Held:
     """Inside the caller's transaction: the namespace row FOR SHARE — an advance, a rollback or a fence takes it
-    FOR NO KEY UPDATE, so each waits for the decision in flight and every later decision sees it — with the epoch,
-    the pause and the stage read under that lock (every writer of the stage holds the row's NO KEY UPDATE lock).
-    One statement."""
-    lock = " FOR SHARE OF n" if connection.vendor == "postgresql" else ""
+    FOR NO KEY UPDATE, so each waits for the decision in flight and every later decision sees it — with the epoch
+    and the pause read under that lock, then the stage (every writer of the stage holds the row's NO KEY UPDATE
+    lock). Two statements: a join in the locking statement would read the stage from the snapshot taken before the
+    lock was waited for — PostgreSQL re-reads only the locked row — so an advance that committed while this waited
+    would go unseen."""
+    lock = " FOR SHARE" if connection.vendor == "postgresql" else ""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT n.scheduler_epoch, n.claims_paused, r.stage FROM claims_namespace n "
-            f"LEFT JOIN {RolloutState._meta.db_table} r ON r.namespace_id = n.id WHERE n.id = %s{lock}",
-            [namespace_id],
+            f"SELECT scheduler_epoch, claims_paused FROM claims_namespace WHERE id = %s{lock}", [namespace_id]
         )
-        epoch, paused, stage = cursor.fetchone()
-    return Held(epoch, bool(paused), stage or DEFAULT_STAGE)
+        epoch, paused = cursor.fetchone()
+        cursor.execute(
+            f"SELECT stage FROM {RolloutState._meta.db_table} WHERE namespace_id = %s", [namespace_id]
+        )
+        row = cursor.fetchone()
+    return Held(epoch, bool(paused), row[0] if row else DEFAULT_STAGE)
+
+
+def decides_alone(ns: core.NamespaceHold, principal: Principal) -> bool:
+    """Under the namespace lock the caller's transaction already holds (``core.guarded``): whether claim.v1
+    alone decides for this worker here — the stage is V1_ONLY and its protocol was not refused. One statement,
+    after the lock, so it reads what every committed stage change and registration left."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT (SELECT stage FROM {RolloutState._meta.db_table} WHERE namespace_id = %s), "
+            f"EXISTS (SELECT 1 FROM {WorkerRegistration._meta.db_table} "
+            "WHERE principal = %s AND namespace = %s AND refused)",
+            [ns.id, principal.name, ns.name],
+        )
+        stage, refused = cursor.fetchone()
+    return (stage or DEFAULT_STAGE) == Stage.V1_ONLY and not refused
 
 
 def namespace_create(*, principal: Principal, name: str, stage: str, min_protocol: str) -> Namespace:

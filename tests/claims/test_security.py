@@ -81,3 +81,64 @@ def test_bounded_work_per_request(operator, default_namespace, size):
 
     assert too_many.status_code == 400
     assert too_big_page.status_code == 200 and too_big_page.json()["count"] == 0
+
+
+def test_a_revoked_token_is_refused_at_once_here_and_within_the_cache_bound_everywhere(
+    worker_a, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    from claims.services import token_issue, token_revoke
+
+    settings.TOKEN_CACHE_SECONDS = 5
+    now = [1000.0]
+    monkeypatch.setattr(auth.tokens, "clock", lambda: now[0])
+    assert worker_a.get("/tasks").status_code == 200  # looked up, then remembered
+
+    # revoked in this process: forgotten here as the revocation commits
+    with django_capture_on_commit_callbacks(execute=True):
+        assert token_revoke(token_id=Token.objects.get(principal__name="worker-a").pk)
+    assert worker_a.get("/tasks").status_code == 401
+
+    # revoked by another process (the row changed, this process not told): refused once the bound has passed
+    from rest_framework.test import APIClient
+
+    other = token_issue(name="worker-a", role="worker", pool="v1").token
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {other}")
+    assert api.get("/api/v1/tasks").status_code == 200
+    Token.objects.filter(prefix=other[:10]).update(revoked_at="2026-01-01T00:00:00Z")
+    now[0] += 4.9
+    assert api.get("/api/v1/tasks").status_code == 200  # still within 5 s
+    now[0] += 0.2
+    assert api.get("/api/v1/tasks").status_code == 401
+
+
+def test_bearer_api_calls_skip_session_csrf_and_message_work_the_console_keeps_it(
+    worker_a, client, monkeypatch
+):
+    from django.contrib.messages.middleware import MessageMiddleware
+    from django.contrib.sessions.middleware import SessionMiddleware
+    from django.middleware.csrf import CsrfViewMiddleware
+
+    calls: list[str] = []
+    for cls, method in [
+        (SessionMiddleware, "process_request"),
+        (CsrfViewMiddleware, "process_view"),
+        (MessageMiddleware, "process_request"),
+    ]:
+        original = getattr(cls, method)
+
+        def counted(self, *args, _original=original, _name=f"{cls.__name__}.{method}"):
+            calls.append(_name)
+            return _original(self, *args)
+
+        monkeypatch.setattr(cls, method, counted)
+
+    assert worker_a.get("/tasks").status_code == 200
+    assert worker_a.claim_next().status_code in (200, 204)
+    assert calls == []
+    assert client.get("/login").status_code == 200
+    assert set(calls) == {
+        "SessionMiddleware.process_request",
+        "CsrfViewMiddleware.process_view",
+        "MessageMiddleware.process_request",
+    }

@@ -12,7 +12,14 @@ from rest_framework.test import APIClient
 from claims.models import AuditEntry, Namespace, StagedResult, Task
 from rollout.models import ComparedOperation, LegacyClaim, StageChange
 from tests.support.actors import make_actor
-from tests.support.races import Pause, pg_deadlocks, run_in_thread, wait_done_or_waiting
+from tests.support.races import (
+    Pause,
+    pg_deadlocks,
+    row_locked,
+    run_in_thread,
+    wait_done_or_waiting,
+    wait_for_lock_waiters,
+)
 from tests.support.rollout import stage_history_replays, stage_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -391,3 +398,57 @@ def test_a_gate_evaluation_is_recorded_for_the_stage_it_was_evaluated_in(operato
         earlier = [c for c in changes if c.at < evaluation.at]
         in_force = earlier[-1].to_stage if earlier else "LEGACY"
         assert evaluation.move.startswith(f"{in_force} "), (evaluation.move, evaluation.at, changes)
+
+
+# A stage change that commits while a routed decision waits for the namespace lock must be seen by that decision.
+# PostgreSQL re-reads only the locked row after such a wait, so the stage (another table) is read in a statement
+# of its own once the lock is held. The stage writer here is a lock held by the test: the namespace row FOR NO KEY
+# UPDATE with the stage changed in the same transaction, as an advance or a rollback changes it.
+
+_STAGE_WRITER = (
+    "WITH held AS (SELECT id FROM claims_namespace WHERE name = %s FOR NO KEY UPDATE) "
+    "UPDATE rollout_rolloutstate SET stage = %s WHERE namespace_id IN (SELECT id FROM held)"
+)
+
+
+def _decided_while_the_stage_changes(request, namespace: str, to_stage: str, *, paused_at: str | None = None):
+    """Run ``request``; while it waits on the namespace lock (after ``paused_at``, if given), a stage change to
+    ``to_stage`` commits. Returns the answer."""
+    pause = Pause(paused_at) if paused_at else None
+    thread, box = run_in_thread(request)
+    if pause:
+        pause.wait_reached()
+    with row_locked(_STAGE_WRITER, [namespace, to_stage]):
+        if pause:
+            pause.resume()
+        wait_for_lock_waiters(1)
+    thread.join(30)
+    assert "error" not in box, box
+    return box["value"]
+
+
+@pytest.mark.postgres
+def test_a_rollback_committed_while_the_fast_path_waits_for_the_lock_is_written_through(operator):
+    _, worker, namespace, task_id = _routed_setup(operator, "fast-rolled-back", "V1_ONLY", "router-e")
+
+    # the fast path's guard reads the stage under the lock: V1_WRITES, so claim.v1's grant goes to legacy too
+    claimed = _decided_while_the_stage_changes(lambda: worker.claim(task_id), namespace, "V1_WRITES")
+
+    assert claimed.status_code == 200, claimed.json()
+    assert Task.objects.get(pk=task_id).owner_id == "router-e"
+    assert LegacyClaim.objects.get(pk=task_id).owner_id == "router-e"  # a rollback will find it there
+
+
+@pytest.mark.postgres
+def test_an_advance_committed_while_legacys_decision_waits_for_the_lock_reroutes_to_claim_v1(operator):
+    _, worker, namespace, task_id = _routed_setup(operator, "legacy-advanced", "SHADOW", "router-f")
+
+    claimed = _decided_while_the_stage_changes(
+        lambda: worker.claim(task_id), namespace, "V1_WRITES", paused_at="routing.routed"
+    )
+
+    answer = claimed.json()
+    assert claimed.status_code == 200, answer
+    assert "decided_by" not in answer  # claim.v1 decided: the stage is V1_WRITES
+    assert not ComparedOperation.objects.filter(namespace=namespace).exists()
+    assert LegacyClaim.objects.get(pk=task_id).owner_id == "router-f"
