@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
@@ -17,6 +18,7 @@ from rest_framework.views import APIView
 
 from . import selectors, services
 from . import serializers as s
+from .errors import ClaimError, exception_handler
 from .models import Namespace, Principal, Task
 from .pagination import Pagination
 from .permissions import AnyRole, IsOncall, IsOperator, IsTaskCreator, IsWorker
@@ -76,13 +78,14 @@ def release_body() -> dict[str, Any]:
 
 
 def commit_body(committed: services.Committed) -> dict[str, Any]:
-    return s.CommitOut(
-        {
-            "outcome": "COMMITTED",
-            "result_commit_id": committed.result_commit_id,
-            "unblocked": committed.unblocked,
-        }
-    ).data
+    fields: dict[str, Any] = {
+        "outcome": "COMMITTED",
+        "result_commit_id": committed.result_commit_id,
+        "unblocked": committed.unblocked,
+    }
+    if committed.staged_result_id is not None:
+        fields["staged_result_id"] = committed.staged_result_id
+    return s.CommitOut(fields).data
 
 
 def paginated(view: APIView, request: Request, queryset: Any, render: Any) -> Response:
@@ -237,7 +240,7 @@ class ClaimNextApi(APIView):
         "`node_ids`. Concurrent callers never receive the same task. 409 FENCED (EPOCH) or CLAIMS_PAUSED.",
     )
     def post(self, request: AuthedRequest) -> Response:
-        data = parsed(s.ClaimNextIn, request)
+        data, _ = without_wait(parsed(s.ClaimNextIn, request))
         grant = services.task_claim_next(principal=request.user, **data)
         if grant is None:
             return Response(status=204)
@@ -308,6 +311,85 @@ class TaskCommitApi(APIView):
         data = parsed(s.CommitIn, request)
         committed = services.task_commit(principal=request.user, task_id=task_id, **data)
         return Response(commit_body(committed))
+
+
+# --- claim-v1.md §9: batches and inline commit ---------------------------------------------------------
+
+
+def without_wait(data: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The claim's input for the service, and how long the request may wait (the view's business, not the
+    service's)."""
+    data = dict(data)
+    return data, data.pop("wait_seconds", 0)
+
+
+def refusal(exc: Exception) -> tuple[int, dict[str, Any]]:
+    """A refused item's status and body, exactly as the single request's answer (the one exception handler)."""
+    response = exception_handler(exc, {})
+    if response is None:
+        raise exc
+    return response.status_code, dict(response.data)
+
+
+class ClaimBatchApi(APIView):
+    permission_classes = [IsWorker]
+
+    def claim(self, principal: Principal, data: dict[str, Any]) -> list[dict[str, Any]]:
+        return [claim_body(g) for g in services.task_claim_batch(principal=principal, **data)]
+
+    @extend_schema(
+        operation_id="claim_batch",
+        request=s.ClaimBatchIn,
+        responses={
+            200: s.ClaimBatchOut,
+            204: OpenApiResponse(description="Nothing is claimable (after `wait_seconds`, if given)."),
+            **error_responses(400, 401, 403, 409),
+        },
+        description="claim-v1.md §9: claim up to `max_tasks` (1–100) tasks at once, each exactly as claim-next "
+        "claims one (its own attempt, generation and fences). Concurrent callers never receive the same task; a "
+        "task whose resources are held is passed over. 409 FENCED (EPOCH) or CLAIMS_PAUSED.",
+    )
+    def post(self, request: AuthedRequest) -> Response:
+        data, _ = without_wait(parsed(s.ClaimBatchIn, request))
+        claims = self.claim(request.user, data)
+        if not claims:
+            return Response(status=204)
+        return Response({"outcome": "CLAIMED", "claims": claims})  # each claim already its answer's body
+
+
+class CommitsApi(APIView):
+    permission_classes = [IsWorker]
+
+    def commit(self, principal: Principal, task_id: str, data: dict[str, Any]) -> dict[str, Any]:
+        return commit_body(services.task_commit(principal=principal, task_id=task_id, **data))
+
+    def judged(self, principal: Principal, item: Any) -> dict[str, Any]:
+        """One item, judged and written on its own: its status and body as the single commit would answer."""
+        task_id = item.get("task_id") if isinstance(item, dict) else None
+        try:
+            serializer = s.CommitItemIn(data=item)
+            serializer.is_valid(raise_exception=True)
+            data = dict(serializer.validated_data)
+            task_id = data.pop("task_id")
+            return {"task_id": task_id, "status": 200, "body": self.commit(principal, task_id, data)}
+        except (ClaimError, ValidationError) as exc:
+            status, body = refusal(exc)
+            return {"task_id": task_id if isinstance(task_id, str) else "", "status": status, "body": body}
+
+    @extend_schema(
+        operation_id="commits",
+        request=s.CommitsIn,
+        responses={200: s.CommitsOut, **error_responses(400, 401, 403)},
+        description="claim-v1.md §9: 1 to 100 commits (each a commit body with its `task_id`, inline `result` "
+        "allowed), answered in the order given with the status and body that single commit would have answered "
+        "(200, 400, 403, 404 or 409). Each item is judged and written on its own, in its own transaction: a "
+        "refused item changes nothing and undoes none of the others. A malformed envelope is a 400 for the whole "
+        "request.",
+    )
+    def post(self, request: AuthedRequest) -> Response:
+        items = parsed(s.CommitsIn, request)["commits"]
+        results = [self.judged(request.user, item) for item in items]
+        return Response(s.CommitsOut({"results": results}).data)
 
 
 # --- namespaces ---------------------------------------------------------------------------------------

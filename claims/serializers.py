@@ -178,12 +178,31 @@ class ClaimIn(StrictSerializer):
     expected_state_version = counter(required=False, allow_null=True, default=None)
 
 
+MAX_WAIT_SECONDS = 30  # claim-v1.md §9
+
+
+def wait_seconds() -> StrictIntegerField:
+    return StrictIntegerField(
+        min_value=0,
+        max_value=MAX_WAIT_SECONDS,
+        required=False,
+        default=0,
+        help_text="claim-v1.md §9: when nothing is claimable, wait up to this long for a task to become claimable "
+        "(created, released, unblocked, requeued, its lease expired); 204 after the wait.",
+    )
+
+
 class ClaimNextIn(StrictSerializer):
     owner_id = identifier()
     scheduler_epoch = counter()
     ttl_seconds = lease_seconds()
     namespace = StrictCharField(max_length=100, required=False, default="default")
     node_ids = serializers.ListField(child=identifier(), required=False, allow_empty=False, max_length=100)
+    wait_seconds = wait_seconds()
+
+
+class ClaimBatchIn(ClaimNextIn):
+    max_tasks = StrictIntegerField(min_value=1, max_value=100)
 
 
 class RenewIn(StrictSerializer):
@@ -228,6 +247,31 @@ class CommitIn(StrictSerializer):
     input_digest = DigestField()
     result_digest = DigestField()
     resources = CommitResourceIn(many=True, required=False, default=list)
+    result = JSONValueField(
+        required=False,
+        help_text="claim-v1.md §9: the result inline, staged and committed in the commit's one transaction "
+        "(`result_digest` must be its digest). Without it, a result staged earlier is committed.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "result" in attrs and digest(attrs["result"]) != attrs["result_digest"]:
+            raise serializers.ValidationError({"result_digest": ["Does not match the digest of result."]})
+        return attrs
+
+
+class CommitItemIn(CommitIn):
+    """One item of ``POST /commits``: a commit body with the task it commits, judged on its own."""
+
+    task_id = StrictCharField(max_length=200)
+
+
+class CommitsIn(StrictSerializer):
+    commits = serializers.ListField(
+        child=serializers.JSONField(),
+        min_length=1,
+        max_length=100,
+        help_text="1 to 100 commits, each judged alone.",
+    )
 
 
 # Without the rollout app the service speaks claim.v1 only: a namespace is at the contract's last stage and
@@ -314,10 +358,29 @@ class StageOut(serializers.Serializer):
     staged_result_id = serializers.UUIDField()
 
 
+class ClaimBatchOut(serializers.Serializer):
+    outcome = serializers.CharField(default="CLAIMED")
+    claims = ClaimOut(many=True)
+
+
+class CommitItemOut(serializers.Serializer):
+    task_id = serializers.CharField()
+    status = serializers.ChoiceField(choices=[200, 400, 403, 404, 409])
+    body = serializers.JSONField(help_text="What that single commit would have answered with this status.")
+
+
+class CommitsOut(serializers.Serializer):
+    results = CommitItemOut(many=True)
+
+
 class CommitOut(serializers.Serializer):
     outcome = serializers.CharField(default="COMMITTED")
     result_commit_id = serializers.UUIDField()
     unblocked = serializers.ListField(child=serializers.CharField())
+    staged_result_id = serializers.UUIDField(
+        required=False,
+        help_text="Present when the result was sent inline (claim-v1.md §9): the staged row committed.",
+    )
 
 
 class EventOut(serializers.Serializer):

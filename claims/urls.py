@@ -74,6 +74,8 @@ worker_urlpatterns = [
     path("tasks/<task_id:task_id>/release", apis.TaskReleaseApi.as_view(), name="task-release"),
     path("tasks/<task_id:task_id>/commit", apis.TaskCommitApi.as_view(), name="task-commit"),
     path("claims", apis.ClaimNextApi.as_view(), name="claim-next"),
+    path("claims/batch", apis.ClaimBatchApi.as_view(), name="claim-batch"),
+    path("commits", apis.CommitsApi.as_view(), name="commits"),
 ]
 namespace_urlpatterns = [
     path("namespaces", apis.NamespaceListCreateApi.as_view(), name="namespaces"),

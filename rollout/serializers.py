@@ -75,6 +75,17 @@ class LegacyDecidedOut(serializers.Serializer):
         required=False, help_text="commit: when claim.v1 also committed."
     )
     unblocked = serializers.ListField(child=serializers.CharField(), required=False)
+    staged_result_id = serializers.UUIDField(
+        required=False, help_text="commit with the result inline: the row claim.v1 staged and committed."
+    )
+
+
+class RoutedClaimBatchOut(serializers.Serializer):
+    outcome = serializers.CharField(default="CLAIMED")
+    claims = serializers.ListField(
+        child=serializers.JSONField(),
+        help_text="Each exactly a claim-next answer (ClaimNextAnswer): the core's claim, or as legacy decided it.",
+    )
 
 
 class LegacyRefusedOut(core_s.ConflictOut):

@@ -26,6 +26,8 @@ worker_urlpatterns = [
     path("tasks/<task_id:task_id>/release", worker_apis.TaskReleaseApi.as_view(), name="task-release"),
     path("tasks/<task_id:task_id>/commit", worker_apis.TaskCommitApi.as_view(), name="task-commit"),
     path("claims", worker_apis.ClaimNextApi.as_view(), name="claim-next"),
+    path("claims/batch", worker_apis.ClaimBatchApi.as_view(), name="claim-batch"),
+    path("commits", worker_apis.CommitsApi.as_view(), name="commits"),
 ]
 
 namespace_urlpatterns = [

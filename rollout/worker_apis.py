@@ -70,10 +70,13 @@ class _RoutedOperation(APIView):
 
     def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(self.input, request)
-        routed = routing.route(self.operation, principal=request.user, task_id=task_id, data=data)
+        return Response(self.answer(request.user, task_id, data))
+
+    def answer(self, principal: Any, task_id: str, data: dict[str, Any]) -> dict[str, Any]:
+        routed = routing.route(self.operation, principal=principal, task_id=task_id, data=data)
         if routed.decided_by == routing.CLAIM_V1:
-            return Response(type(self).core_body(routed.value))
-        return _legacy_decided(routed)
+            return type(self).core_body(routed.value)
+        return s.LegacyDecidedOut(routed.fields).data
 
 
 def _documented(operation_id: str, request: type, out: type, description: str) -> Any:
@@ -154,13 +157,46 @@ class ClaimNextApi(APIView):
         "claim.v1 picks in every open stage; where legacy decides it then decides the grant." + _ROUTING,
     )
     def post(self, request: AuthedRequest) -> Response:
-        data = parsed(core_s.ClaimNextIn, request)
+        data, _ = core_apis.without_wait(parsed(core_s.ClaimNextIn, request))
         routed = routing.route_claim_next(principal=request.user, data=data)
         if routed.value is None:
             return Response(status=204)
         if routed.decided_by == routing.CLAIM_V1:
             return Response(core_apis.claim_body(routed.value))
         return _legacy_decided(routed)
+
+
+def _claim_answer(routed: routing.Routed) -> dict[str, Any]:
+    if routed.decided_by == routing.CLAIM_V1:
+        return core_apis.claim_body(routed.value)
+    return s.LegacyDecidedOut(routed.fields).data
+
+
+@extend_schema_view(
+    post=extend_schema(
+        operation_id="claim_batch",
+        request=core_s.ClaimBatchIn,
+        responses={
+            200: s.RoutedClaimBatchOut,
+            204: OpenApiResponse(description="Nothing is claimable (after `wait_seconds`, if given)."),
+            **_errors(),
+        },
+        description="claim-v1.md §9: claim up to `max_tasks` (1–100) tasks at once, each exactly as claim-next "
+        "claims one. Concurrent callers never receive the same task; a task whose resources are held is passed "
+        "over. 409 FENCED (EPOCH) or CLAIMS_PAUSED. In V1_ONLY one transaction; in the other open stages each "
+        "claim is routed as claim-next routes it, and a claim legacy refuses is left out." + _ROUTING,
+    )
+)
+class ClaimBatchApi(core_apis.ClaimBatchApi):
+    def claim(self, principal: Any, data: dict[str, Any]) -> list[dict[str, Any]]:
+        return [_claim_answer(routed) for routed in routing.route_claim_batch(principal=principal, data=data)]
+
+
+class CommitsApi(core_apis.CommitsApi):
+    """Each item routed as the single commit is (``TaskCommitApi``)."""
+
+    def commit(self, principal: Any, task_id: str, data: dict[str, Any]) -> dict[str, Any]:
+        return TaskCommitApi().answer(principal, task_id, data)
 
 
 class TaskDetailApi(APIView):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ._base import Guard, NamespaceHold, acting_via, audit, guarded, namespace_lock, synthetic
-from .claiming import ClaimGrant, task_claim, task_claim_next
+from .claiming import ClaimGrant, task_claim, task_claim_batch, task_claim_next
 from .dispatch import Delivery, dispatch_deliver
 from .effects import (
     Prepared,
@@ -59,6 +59,7 @@ __all__ = [
     "result_stage",
     "task_cancel",
     "task_claim",
+    "task_claim_batch",
     "task_claim_next",
     "task_commit",
     "task_create",

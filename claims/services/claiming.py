@@ -255,7 +255,38 @@ def task_claim_next(
     whose resources a live attempt of another task holds are passed over; if another claim takes such a resource
     between our pick and our fence, the transaction rolls back and we pick again without that task.
     """
+    grants = task_claim_batch(
+        principal=principal,
+        owner_id=owner_id,
+        scheduler_epoch=scheduler_epoch,
+        ttl_seconds=ttl_seconds,
+        max_tasks=1,
+        namespace=namespace,
+        node_ids=node_ids,
+    )
+    return grants[0] if grants else None
+
+
+MAX_BATCH = 100  # claim-v1.md §9
+
+
+def task_claim_batch(
+    *,
+    principal: Principal,
+    owner_id: str,
+    scheduler_epoch: int,
+    ttl_seconds: int,
+    max_tasks: int,
+    namespace: str = "default",
+    node_ids: list[str] | None = None,
+) -> list[ClaimGrant]:
+    """Claim up to ``max_tasks`` (1..100) claimable tasks of a namespace in one transaction, each exactly as
+    ``task_claim_next`` claims one — its own attempt, generation and fences — picked one after another under the
+    one namespace hold (so the epoch and the pause are judged once, on what the lock holds). Empty when nothing is
+    claimable. A resource race rolls the whole batch back and it is picked again without that task."""
     check_lease_seconds("ttl_seconds", ttl_seconds)
+    if not 1 <= max_tasks <= MAX_BATCH:
+        raise Invalid({"max_tasks": [f"must be between 1 and {MAX_BATCH}"]})
     log = RejectionLog(
         AcceptancePoint.CLAIM, principal=principal, scheduler_epoch=scheduler_epoch, owner_id=owner_id
     )
@@ -273,10 +304,11 @@ def task_claim_next(
                     namespace=namespace,
                     node_ids=node_ids,
                     passed_over=passed_over,
+                    max_tasks=max_tasks,
                 )
             except _ResourceRace as race:
                 passed_over.append(race.task_id)
-        return None
+        return []
 
 
 def _claim_next_once(
@@ -290,7 +322,8 @@ def _claim_next_once(
     namespace: str,
     node_ids: list[str] | None,
     passed_over: list[str],
-) -> ClaimGrant | None:
+    max_tasks: int,
+) -> list[ClaimGrant]:
     with transaction.atomic(durable=True):
         try:
             ns = hold_namespace(name=namespace)
@@ -313,56 +346,67 @@ def _claim_next_once(
         if passed_over:
             filters += f" AND c.task_id NOT IN ({_sql.placeholders(passed_over)})"
             filter_params += passed_over
-        attempt_id = uuid.uuid4()
-        lease = ns.now + timedelta(seconds=ttl_seconds)
+        grants: list[ClaimGrant] = []
+        ready_left = True  # once the READY pick finds nothing, the rest of a batch only reclaims
         table = Task._meta.db_table
-        claimed = _sql.load(
-            Task,
-            statements.claim_oldest_ready(extra=held + filters),
-            [
-                TaskState.CLAIMED,
-                ns.scheduler_epoch,
-                _sql.prep(Task, "attempt_id", attempt_id),
-                owner_id,
-                _sql.prep(Task, "lease_expires_at", lease),
-                _sql.prep(Task, "updated_at", ns.now),
-                ns.id,
-                TaskState.READY,
-                *held_params,
-                *filter_params,
-            ],
-        )
-        previous = None
-        if claimed:
-            task = claimed[0]
-            check_transition(TaskState.READY, TaskState.CLAIMED, "claim")
-        else:
-            # Nothing READY: reclaim the claim whose lease ran out first (or that a fence ended).
-            task = _sql.select_one(
-                Task,
-                {"namespace_id": ns.id, "state": TaskState.CLAIMED},
-                also="(lease_expires_at <= %s OR scheduler_epoch < %s)"
-                + (f" AND {statements.not_held(table)}" if skip_held else "")
-                + filters.replace("c.", f"{table}."),
-                also_params=[now_param, ns.scheduler_epoch, *held_params, *filter_params],
-                tail=f" ORDER BY lease_expires_at, task_id LIMIT 1{_sql.lock_clause('FOR NO KEY UPDATE SKIP LOCKED')}",
+        lease = ns.now + timedelta(seconds=ttl_seconds)
+        while len(grants) < max_tasks:
+            attempt_id = uuid.uuid4()
+            claimed = (
+                _sql.load(
+                    Task,
+                    statements.claim_oldest_ready(extra=held + filters),
+                    [
+                        TaskState.CLAIMED,
+                        ns.scheduler_epoch,
+                        _sql.prep(Task, "attempt_id", attempt_id),
+                        owner_id,
+                        _sql.prep(Task, "lease_expires_at", lease),
+                        _sql.prep(Task, "updated_at", ns.now),
+                        ns.id,
+                        TaskState.READY,
+                        *held_params,
+                        *filter_params,
+                    ],
+                )
+                if ready_left
+                else []
             )
-            if task is None:
-                return None
-            check_transition(task.state, TaskState.CLAIMED, "reclaim")
-            previous = _previous_claim(task, ns)
-            values = _claim_values(
-                task, ns=ns, owner_id=owner_id, ttl_seconds=ttl_seconds, attempt_id=attempt_id
+            previous = None
+            if claimed:
+                task = claimed[0]
+                check_transition(TaskState.READY, TaskState.CLAIMED, "claim")
+            else:
+                ready_left = False
+                # Nothing READY: reclaim the claim whose lease ran out first (or that a fence ended).
+                task = _sql.select_one(
+                    Task,
+                    {"namespace_id": ns.id, "state": TaskState.CLAIMED},
+                    also="(lease_expires_at <= %s OR scheduler_epoch < %s)"
+                    + (f" AND {statements.not_held(table)}" if skip_held else "")
+                    + filters.replace("c.", f"{table}."),
+                    also_params=[now_param, ns.scheduler_epoch, *held_params, *filter_params],
+                    tail=f" ORDER BY lease_expires_at, task_id LIMIT 1{_sql.lock_clause('FOR NO KEY UPDATE SKIP LOCKED')}",
+                )
+                if task is None:
+                    break
+                check_transition(task.state, TaskState.CLAIMED, "reclaim")
+                previous = _previous_claim(task, ns)
+                values = _claim_values(
+                    task, ns=ns, owner_id=owner_id, ttl_seconds=ttl_seconds, attempt_id=attempt_id
+                )
+                # We hold the row lock; the generation in the WHERE is a second guard, not the race's closer.
+                updated = _sql.update(
+                    Task, {"task_id": task.pk, "claim_generation": task.claim_generation}, **values
+                )
+                assert updated == 1, "a locked row changed under us"
+                _apply(task, values)
+            log.task_id = task.pk
+            try:
+                fences, kept = take_fences(task, ns=ns)
+            except NotClaimable:
+                raise _ResourceRace(task.pk) from None
+            grants.append(
+                _grant(task, previous=previous, ns=ns, principal=principal, fences=fences, kept=kept)
             )
-            # We hold the row lock; the generation in the WHERE is a second guard, not the race's closer.
-            updated = _sql.update(
-                Task, {"task_id": task.pk, "claim_generation": task.claim_generation}, **values
-            )
-            assert updated == 1, "a locked row changed under us"
-            _apply(task, values)
-        log.task_id = task.pk
-        try:
-            fences, kept = take_fences(task, ns=ns)
-        except NotClaimable:
-            raise _ResourceRace(task.pk) from None
-        return _grant(task, previous=previous, ns=ns, principal=principal, fences=fences, kept=kept)
+        return grants

@@ -48,6 +48,51 @@ class Committed:
     result_commit_id: uuid.UUID
     unblocked: list[str]
     repeat: bool  # True: the stored answer to a commit that had already succeeded
+    staged_result_id: uuid.UUID | None = None  # set when the result came inline (claim-v1.md §9)
+
+
+_NO_RESULT: Any = object()
+
+
+def _stage_row(
+    *,
+    principal: Principal,
+    attempt: Attempt,
+    task_id: str,
+    claim_generation: int,
+    result: Any,
+    result_digest: str,
+    now: Any,
+) -> tuple[StagedResult, bool]:
+    """Insert the attempt's staged row with its `result_staged` event, unless the attempt staged this digest
+    already ((attempt, result_digest) is unique). The row (unsaved when nothing was inserted) and whether it was."""
+    staged = StagedResult(
+        staged_result_id=uuid.uuid4(),
+        task_id=task_id,
+        attempt_id=attempt.attempt_id,
+        result=result,
+        result_digest=result_digest,
+        staged_at=now,
+        canonical=False,
+    )
+    fields = {f.attname: getattr(staged, f.attname) for f in StagedResult._meta.concrete_fields}
+    inserted = _sql.insert_if_absent_then(
+        _sql.insert_statement(StagedResult, if_absent=True, **fields),
+        TaskEvent,
+        **event_values(
+            EventKind.RESULT_STAGED,
+            namespace_id=attempt.namespace_id,
+            task_id=task_id,
+            at=now,
+            principal=principal,
+            attempt_id=attempt.attempt_id,
+            claim_generation=claim_generation,
+            scheduler_epoch=attempt.scheduler_epoch,
+            owner_id=attempt.owner_id,
+            detail={"staged_result_id": str(staged.pk), "result_digest": result_digest},
+        ),
+    )
+    return staged, inserted
 
 
 def result_stage(
@@ -80,40 +125,18 @@ def result_stage(
                 reason="GENERATION",
                 current={"claim_generation": attempt.claim_generation},
             )
-        now = clock.from_db(attempt.db_now)
-        staged = StagedResult(
-            staged_result_id=uuid.uuid4(),
+        staged, inserted = _stage_row(
+            principal=principal,
+            attempt=attempt,
             task_id=task_id,
-            attempt_id=attempt_id,
+            claim_generation=claim_generation,
             result=result,
             result_digest=result_digest,
-            staged_at=now,
-            canonical=False,
-        )
-        # (attempt, result_digest) is unique: a repeat inserts nothing and answers with the existing record.
-        fields = {f.attname: getattr(staged, f.attname) for f in StagedResult._meta.concrete_fields}
-        inserted = _sql.insert_if_absent_then(
-            _sql.insert_statement(StagedResult, if_absent=True, **fields),
-            TaskEvent,
-            **event_values(
-                EventKind.RESULT_STAGED,
-                namespace_id=attempt.namespace_id,
-                task_id=task_id,
-                at=now,
-                principal=principal,
-                attempt_id=attempt_id,
-                claim_generation=claim_generation,
-                scheduler_epoch=attempt.scheduler_epoch,
-                owner_id=attempt.owner_id,
-                detail={"staged_result_id": str(staged.pk), "result_digest": result_digest},
-            ),
+            now=clock.from_db(attempt.db_now),
         )
         if not inserted:
-            existing = _sql.select_one(
-                StagedResult, {"attempt_id": attempt_id, "result_digest": result_digest}
-            )
-            return Staged(existing, created=False)
-    return Staged(staged, created=True)
+            staged = _sql.select_one(StagedResult, {"attempt_id": attempt_id, "result_digest": result_digest})
+    return Staged(staged, created=inserted)
 
 
 def task_commit(
@@ -127,6 +150,7 @@ def task_commit(
     input_digest: str,
     result_digest: str,
     resources: list[dict[str, Any]] | None = None,
+    result: Any = _NO_RESULT,
 ) -> Committed:
     """Make a staged result the task's one canonical result. Every check is made again here, at the commit
     point, in one transaction with the task row locked; earlier checks by the worker only save wasted work.
@@ -138,7 +162,9 @@ def task_commit(
     3. STALE_INPUT: input_digest is not the current input's.
     4. STALE_INPUT (RESOURCE): a named resource's incarnation or revision is not what the worker read, or its
        incarnation or fence token is not what this attempt took at claim.
-    5. NOT_STAGED: this attempt staged no result with this digest.
+    5. NOT_STAGED: this attempt staged no result with this digest — unless ``result`` came inline (claim-v1.md §9):
+       once 1–4 pass it is staged here, in this transaction (the same digest staged earlier by this attempt is
+       reused, never a second row), so a refused commit stages nothing.
     Then: the staged row becomes canonical (a partial unique index allows one per task), the task COMMITTED,
     the attempt ends, and successors whose predecessors are now all committed become READY.
     """
@@ -164,7 +190,10 @@ def task_commit(
                 stored.commit_id is not None
             )  # a canonical row carries its commit (staged_canonical_complete)
             return Committed(
-                result_commit_id=stored.commit_id, unblocked=list(stored.unblocked or []), repeat=True
+                result_commit_id=stored.commit_id,
+                unblocked=list(stored.unblocked or []),
+                repeat=True,
+                staged_result_id=stored.pk if result is not _NO_RESULT else None,
             )
         keys: dict[str, ResourceKey] = {}
         live: dict[str, Resource] = {}
@@ -183,6 +212,22 @@ def task_commit(
         incarnations = check_commit_resources(
             attempt_id=attempt_id, named=resources or [], locked=(keys, live), current=current
         )
+        if result is not _NO_RESULT:
+            attempt = Attempt(
+                attempt_id=attempt_id,
+                namespace_id=ns.id,
+                scheduler_epoch=at.granted_epoch if at.granted_epoch is not None else ns.scheduler_epoch,
+                owner_id=task.owner_id or "",
+            )
+            _stage_row(
+                principal=principal,
+                attempt=attempt,
+                task_id=task_id,
+                claim_generation=claim_generation,
+                result=result,
+                result_digest=result_digest,
+                now=ns.now,
+            )
         # Check 5 and the canonical flip in one statement: the staged row becomes canonical, or there is none.
         # The partial unique index one_canonical_commit_per_task is what makes a second canonical row impossible.
         commit_id = uuid.uuid4()
@@ -261,7 +306,12 @@ def task_commit(
         )
         _sql.together(*writes)
         bump_revisions(incarnations)  # each resource named gets revision + 1, in the commit's transaction
-    return Committed(result_commit_id=commit_id, unblocked=unblocked, repeat=False)
+    return Committed(
+        result_commit_id=commit_id,
+        unblocked=unblocked,
+        repeat=False,
+        staged_result_id=flipped[0].pk if result is not _NO_RESULT else None,
+    )
 
 
 def _check_resources_named(task: Task, resources: list[dict[str, Any]] | None) -> None:

@@ -469,3 +469,32 @@ def route_claim_next(*, principal: Principal, data: dict[str, Any]) -> Routed:
         fields.pop("outcome")
         raise _refused(verdict, fields)
     return Routed("legacy", grant, fields)
+
+
+def route_claim_batch(*, principal: Principal, data: dict[str, Any]) -> list[Routed]:
+    """A batch claim by stage (claim-v1.md §9). Where claim.v1 decides alone: one transaction of the core's
+    (``task_claim_batch``). Elsewhere: claim-next as the stage routes it, up to ``max_tasks`` times, each its own
+    decision; a task legacy refuses is left out of the answer (and the refusal raised only if nothing was
+    granted)."""
+    fast = _fast(
+        lambda: core.task_claim_batch(principal=principal, **data),
+        principal,
+        data.get("namespace", "default"),
+    )
+    if fast is not None:
+        return [Routed(CLAIM_V1, grant) for grant in fast.value]
+    one = {key: value for key, value in data.items() if key != "max_tasks"}
+    granted: list[Routed] = []
+    refused: LegacyRefused | None = None
+    for _ in range(data["max_tasks"]):
+        try:
+            routed = route_claim_next(principal=principal, data=one)
+        except LegacyRefused as exc:
+            refused = exc
+            continue
+        if routed.value is None:
+            break
+        granted.append(routed)
+    if not granted and refused is not None:
+        raise refused
+    return granted

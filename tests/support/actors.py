@@ -94,6 +94,40 @@ class Actor:
         }
         return self.post(f"/tasks/{claim['task_id']}/results", body)
 
+    def commit_body(self, claim: dict, result: Any, *, inline: bool = False, **override) -> dict:
+        body = {
+            "attempt_id": claim["attempt_id"],
+            "scheduler_epoch": claim["scheduler_epoch"],
+            "claim_generation": claim["claim_generation"],
+            "observed_cancel_generation": claim["cancel_generation"],
+            "input_digest": claim["input_digest"],
+            "result_digest": digest(result),
+            **({"result": result} if inline else {}),
+            **override,
+        }
+        return body
+
+    def commit_inline(self, claim: dict, result: Any, **override):
+        """claim-v1.md §9: the result in the commit itself."""
+        return self.post(
+            f"/tasks/{claim['task_id']}/commit", self.commit_body(claim, result, inline=True, **override)
+        )
+
+    def claim_batch(self, max_tasks: int, *, epoch: int = 1, ttl: int = 30, **fields):
+        return self.post(
+            "/claims/batch",
+            {
+                "owner_id": self.name,
+                "scheduler_epoch": epoch,
+                "ttl_seconds": ttl,
+                "max_tasks": max_tasks,
+                **fields,
+            },
+        )
+
+    def commits(self, items: list[dict]):
+        return self.post("/commits", {"commits": items})
+
     def commit(self, claim: dict, result: Any, **override):
         body = {
             "attempt_id": claim["attempt_id"],
