@@ -1,14 +1,16 @@
-"""Benchmark: claim-next + stage + commit cycles through the service layer vs. the same cycle in raw SQL.
+"""Benchmark: claim-next + inline commit cycles (claim-v1.md §9; two transactions) through the service layer vs.
+the same cycle in raw SQL. (Results recorded before issue 12 were of the three-transaction cycle: claim-next, stage,
+commit.)
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/controlplane_bench .venv/bin/python bench/claims.py
 
 For each concurrency level (1, 4, 16, 32 workers) it seeds a fresh namespace with READY tasks, then
 
-1. runs W worker *processes* for --seconds, each looping task_claim_next → result_stage → task_commit through
+1. runs W worker *processes* for --seconds, each looping task_claim_next → task_commit (result inline) through
    claims.services (the same functions the API calls, minus HTTP and auth), timing every cycle;
 2. runs pgbench with W clients for --seconds on the same database, with bench/cycle.sql: the same three
    transactions written as raw SQL (namespace FOR SHARE, SKIP LOCKED pick and claim, attempt and event rows;
-   staged row and event; locked re-check, task/attempt/staged updates, successor probe, event).
+   locked re-check, staged row and event, task/attempt/staged updates, successor probe, event).
 
 and reports cycles/s and p50/p95/p99 cycle latency for both, the ratio, and a double-claim audit: every task
 claimed by the service path must have exactly one attempt and at most one canonical result.
@@ -101,14 +103,6 @@ def service_worker(index: int, namespace: str, seconds: float, queue: mp.Queue) 
             break
         task = grant.task
         result = {"task": task.task_id, "by": principal.name}
-        services.result_stage(
-            principal=principal,
-            task_id=task.task_id,
-            attempt_id=grant.attempt_id,
-            claim_generation=task.claim_generation,
-            result=result,
-            result_digest=digest(result),
-        )
         committed = services.task_commit(
             principal=principal,
             task_id=task.task_id,
@@ -118,6 +112,7 @@ def service_worker(index: int, namespace: str, seconds: float, queue: mp.Queue) 
             observed_cancel_generation=task.cancel_generation,
             input_digest=task.input_digest,
             result_digest=digest(result),
+            result=result,  # claim-v1.md §9: staged in the commit's transaction
         )
         if committed.repeat:
             errors += 1

@@ -22,6 +22,7 @@ from .errors import ClaimError, exception_handler
 from .models import Namespace, Principal, Task
 from .pagination import Pagination
 from .permissions import AnyRole, IsOncall, IsOperator, IsTaskCreator, IsWorker
+from .waiting import may_wait
 
 if TYPE_CHECKING:
 
@@ -228,23 +229,39 @@ class TaskClaimApi(APIView):
 class ClaimNextApi(APIView):
     permission_classes = [IsWorker]
 
+    def claim(self, principal: Principal, data: dict[str, Any]) -> dict[str, Any] | None:
+        grant = services.task_claim_next(principal=principal, **data)
+        return None if grant is None else claim_body(grant)
+
     @extend_schema(
         operation_id="claim_next",
         request=s.ClaimNextIn,
         responses={
             200: s.ClaimOut,
-            204: OpenApiResponse(description="Nothing is claimable (no body)."),
+            204: OpenApiResponse(
+                description="Nothing is claimable (after `wait_seconds`, if given; no body)."
+            ),
             **error_responses(400, 401, 403, 409),
         },
         description="Claim the oldest claimable task of the namespace (default `default`), optionally only of "
-        "`node_ids`. Concurrent callers never receive the same task. 409 FENCED (EPOCH) or CLAIMS_PAUSED.",
+        "`node_ids`. Concurrent callers never receive the same task. 409 FENCED (EPOCH) or CLAIMS_PAUSED. With "
+        "`wait_seconds`, waits for a task to become claimable (claim-v1.md §9).",
     )
     def post(self, request: AuthedRequest) -> Response:
-        data, _ = without_wait(parsed(s.ClaimNextIn, request))
-        grant = services.task_claim_next(principal=request.user, **data)
-        if grant is None:
-            return Response(status=204)
-        return Response(claim_body(grant))
+        return claim_or_wait(self.claim, request, s.ClaimNextIn)
+
+
+def claim_or_wait(claim: Any, request: AuthedRequest, serializer: type[Serializer]) -> Response:
+    """A claim view's answer: the claim's body, or 204 — one that may wait when ``wait_seconds`` says so
+    (``claims.waiting``: the async view around this one retries ``claim`` when woken)."""
+    data, wait = without_wait(parsed(serializer, request))
+    principal = request.user
+    body = claim(principal, data)
+    if body is not None:
+        return Response(body)
+    return may_wait(
+        Response(status=204), data.get("namespace", "default"), wait, lambda: claim(principal, data)
+    )
 
 
 class TaskRenewApi(APIView):
@@ -334,8 +351,12 @@ def refusal(exc: Exception) -> tuple[int, dict[str, Any]]:
 class ClaimBatchApi(APIView):
     permission_classes = [IsWorker]
 
-    def claim(self, principal: Principal, data: dict[str, Any]) -> list[dict[str, Any]]:
+    def claims(self, principal: Principal, data: dict[str, Any]) -> list[dict[str, Any]]:
         return [claim_body(g) for g in services.task_claim_batch(principal=principal, **data)]
+
+    def claim(self, principal: Principal, data: dict[str, Any]) -> dict[str, Any] | None:
+        claims = self.claims(principal, data)
+        return {"outcome": "CLAIMED", "claims": claims} if claims else None  # each already its answer's body
 
     @extend_schema(
         operation_id="claim_batch",
@@ -350,11 +371,7 @@ class ClaimBatchApi(APIView):
         "task whose resources are held is passed over. 409 FENCED (EPOCH) or CLAIMS_PAUSED.",
     )
     def post(self, request: AuthedRequest) -> Response:
-        data, _ = without_wait(parsed(s.ClaimBatchIn, request))
-        claims = self.claim(request.user, data)
-        if not claims:
-            return Response(status=204)
-        return Response({"outcome": "CLAIMED", "claims": claims})  # each claim already its answer's body
+        return claim_or_wait(self.claim, request, s.ClaimBatchIn)
 
 
 class CommitsApi(APIView):

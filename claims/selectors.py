@@ -117,3 +117,14 @@ def ready_to_commit_seconds(*, since: datetime | None = None) -> list[float]:
         for at, created in events.values_list("at", "task__created_at").iterator()
         if created is not None
     ]
+
+
+def next_lease_expiry(*, namespace: str) -> datetime | None:
+    """When the namespace's first live lease runs out (its task becomes claimable again), or None. A waiting claim
+    wakes then even if nothing is notified: an expiry is a change nobody writes."""
+    return (
+        Task.objects.filter(namespace__name=namespace, state=TaskState.CLAIMED)
+        .order_by("lease_expires_at")
+        .values_list("lease_expires_at", flat=True)
+        .first()
+    )

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import path, register_converter
 
 from . import apis, effect_apis
+from .waiting import waiting
 
 
 class TaskIdConverter:
@@ -73,8 +74,9 @@ worker_urlpatterns = [
     path("tasks/<task_id:task_id>/renew", apis.TaskRenewApi.as_view(), name="task-renew"),
     path("tasks/<task_id:task_id>/release", apis.TaskReleaseApi.as_view(), name="task-release"),
     path("tasks/<task_id:task_id>/commit", apis.TaskCommitApi.as_view(), name="task-commit"),
-    path("claims", apis.ClaimNextApi.as_view(), name="claim-next"),
-    path("claims/batch", apis.ClaimBatchApi.as_view(), name="claim-batch"),
+    # async views around the claim views: a claim with wait_seconds waits holding no thread (claims/waiting.py)
+    path("claims", waiting(apis.ClaimNextApi.as_view()), name="claim-next"),
+    path("claims/batch", waiting(apis.ClaimBatchApi.as_view()), name="claim-batch"),
     path("commits", apis.CommitsApi.as_view(), name="commits"),
 ]
 namespace_urlpatterns = [

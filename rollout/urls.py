@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.urls import path
 
 from claims.urls import NameConverter, TaskIdConverter  # noqa: F401  (registers the converters)
+from claims.waiting import waiting
 
 from . import legacy_apis, namespace_apis, rollout_apis, worker_apis
 
@@ -25,8 +26,9 @@ worker_urlpatterns = [
     path("tasks/<task_id:task_id>/renew", worker_apis.TaskRenewApi.as_view(), name="task-renew"),
     path("tasks/<task_id:task_id>/release", worker_apis.TaskReleaseApi.as_view(), name="task-release"),
     path("tasks/<task_id:task_id>/commit", worker_apis.TaskCommitApi.as_view(), name="task-commit"),
-    path("claims", worker_apis.ClaimNextApi.as_view(), name="claim-next"),
-    path("claims/batch", worker_apis.ClaimBatchApi.as_view(), name="claim-batch"),
+    # async views around the claim views: a claim with wait_seconds waits holding no thread (claims/waiting.py)
+    path("claims", waiting(worker_apis.ClaimNextApi.as_view()), name="claim-next"),
+    path("claims/batch", waiting(worker_apis.ClaimBatchApi.as_view()), name="claim-batch"),
     path("commits", worker_apis.CommitsApi.as_view(), name="commits"),
 ]
 

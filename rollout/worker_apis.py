@@ -141,8 +141,10 @@ class TaskCommitApi(_RoutedOperation):
     operation, input, core_body = "commit", core_s.CommitIn, staticmethod(core_apis.commit_body)
 
 
-class ClaimNextApi(APIView):
-    permission_classes = [IsWorker]
+class ClaimNextApi(core_apis.ClaimNextApi):
+    def claim(self, principal: Any, data: dict[str, Any]) -> dict[str, Any] | None:
+        routed = routing.route_claim_next(principal=principal, data=data)
+        return None if routed.value is None else _claim_answer(routed)
 
     @extend_schema(
         operation_id="claim_next",
@@ -157,13 +159,7 @@ class ClaimNextApi(APIView):
         "claim.v1 picks in every open stage; where legacy decides it then decides the grant." + _ROUTING,
     )
     def post(self, request: AuthedRequest) -> Response:
-        data, _ = core_apis.without_wait(parsed(core_s.ClaimNextIn, request))
-        routed = routing.route_claim_next(principal=request.user, data=data)
-        if routed.value is None:
-            return Response(status=204)
-        if routed.decided_by == routing.CLAIM_V1:
-            return Response(core_apis.claim_body(routed.value))
-        return _legacy_decided(routed)
+        return core_apis.claim_or_wait(self.claim, request, core_s.ClaimNextIn)
 
 
 def _claim_answer(routed: routing.Routed) -> dict[str, Any]:
@@ -188,7 +184,7 @@ def _claim_answer(routed: routing.Routed) -> dict[str, Any]:
     )
 )
 class ClaimBatchApi(core_apis.ClaimBatchApi):
-    def claim(self, principal: Any, data: dict[str, Any]) -> list[dict[str, Any]]:
+    def claims(self, principal: Any, data: dict[str, Any]) -> list[dict[str, Any]]:
         return [_claim_answer(routed) for routed in routing.route_claim_batch(principal=principal, data=data)]
 
 

@@ -23,7 +23,7 @@ from ..models import (
     TaskState,
 )
 from ..states import check_transition
-from . import _sql
+from . import _sql, wakeups
 from ._base import append_event, event_statement, new_event
 from .authority import acceptance_point
 from .claiming import check_lease_seconds
@@ -152,6 +152,7 @@ def task_release(
             owner_id=owner_id,
             point=AcceptancePoint.RELEASE,
         )
+        wakeups.claimable(ns.name)
     return task
 
 

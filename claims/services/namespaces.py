@@ -19,6 +19,7 @@ from ..models import (
     TaskEvent,
     TaskState,
 )
+from . import wakeups
 from ._base import audit, namespace_lock, new_event
 
 
@@ -112,6 +113,7 @@ def epoch_fence(
                 **({"hold": hold} if hold else {}),
             },
         )
+        wakeups.claimable(namespace, wakeups.EVERYONE)  # each waiter answers: claims are paused
         return Namespace.objects.get(pk=ns.id)
 
 
@@ -135,6 +137,7 @@ def namespace_resume(*, principal: Principal, namespace: str, reason: str = "") 
             reason=reason,
             detail={"was_paused": ns.claims_paused, "scheduler_epoch": ns.scheduler_epoch},
         )
+        wakeups.claimable(namespace, wakeups.EVERYONE)  # fenced claims are claimable again
         return Namespace.objects.get(pk=ns.id)
 
 

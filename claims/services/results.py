@@ -26,7 +26,7 @@ from ..models import (
     TaskState,
 )
 from ..states import check_transition
-from . import _sql, statements
+from . import _sql, statements, wakeups
 from ._base import (
     NamespaceHold,
     event_statement,
@@ -352,6 +352,7 @@ def _unblock_successors(task: Task, *, ns: NamespaceHold, principal: Principal) 
     Task.objects.filter(pk__in=ready, state=TaskState.BLOCKED).update(
         state=TaskState.READY, state_version=F("state_version") + 1, updated_at=ns.now
     )
+    wakeups.claimable(ns.name, len(ready))
     TaskEvent.objects.bulk_create(
         [
             new_event(

@@ -24,7 +24,7 @@ from ..models import (
     TaskState,
 )
 from ..states import check_transition
-from . import statements
+from . import statements, wakeups
 from ._base import append_event, audit, hold_namespace, hold_task, task_current
 from .resources import resources_exist
 
@@ -167,6 +167,8 @@ def task_create(
             audit(
                 principal=principal, action="task_create", at=ns.now, namespace=ns.name, target=task.task_id
             )
+        if task.state == TaskState.READY:
+            wakeups.claimable(ns.name)
     return TaskCreated(task, created=True)
 
 
@@ -257,6 +259,8 @@ def task_requeue(*, principal: Principal, task_id: str) -> Task:
             detail={"state": target},
         )
         audit(principal=principal, action="task_requeue", at=ns.now, namespace=ns.name, target=task_id)
+        if target == TaskState.READY:
+            wakeups.claimable(ns.name)
     return task
 
 

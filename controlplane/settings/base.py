@@ -98,6 +98,15 @@ if DATABASE_URL:
         # Server-side parameters and prepared statements (psycopg 3): less parsing and planning per statement.
         # Off by default because transaction-mode poolers (older PgBouncer) cannot carry prepared statements.
         _db["OPTIONS"].update({"server_side_binding": True, "prepare_threshold": 2})
+    if _db["ENGINE"] == "django.db.backends.postgresql" and env_bool("DATABASE_POOL", False):
+        # psycopg's connection pool per process (Django 5.1+): what the ASGI server needs, whose requests do not
+        # keep a thread (and so a thread-local connection) of their own. Persistent connections are then off.
+        _db["OPTIONS"]["pool"] = {
+            "min_size": env_int("DATABASE_POOL_MIN", 2, minimum=1),
+            "max_size": env_int("DATABASE_POOL_MAX", 20, minimum=1),
+            "timeout": 10,
+        }
+        _db["CONN_MAX_AGE"] = 0
     _db.setdefault("TEST", {})
     if env_str("TEST_DATABASE_NAME", ""):
         _db["TEST"]["NAME"] = env_str("TEST_DATABASE_NAME")
