@@ -20,20 +20,21 @@ PINNED = {
     # lookup: 1); later requests find it remembered (claims/auth.py).
     # V1_ONLY is the fast path (issue 12): the core's transaction with the rollout's guard read under its lock —
     # BEGIN, lock, guard, the writes, COMMIT — nothing read before it.
-    "V1_ONLY": (7, 5, 6, 7, 6, 1),
+    "V1_ONLY": (7, 5, 6, 8, 6, 1),
     # The first claim and the first claim-next of a namespace try the fast path (BEGIN, lock, guard, ROLLBACK: 4)
     # before the full routing; the hint then sends requests straight to the routing. Legacy's decision reads the
     # stage after the namespace lock, in a second statement (issue 12: a join read it from a stale snapshot).
-    "SHADOW": (29, 19, 25, 21, 25, 2),
+    "SHADOW": (29, 19, 25, 22, 25, 2),
     # a claim's or renew's write-through checks the epoch under the lock
-    "V1_WRITES": (22, 15, 15, 15, 19, 1),
+    "V1_WRITES": (22, 15, 15, 16, 19, 1),
 }
+# A release makes a task claimable: after its commit, one pg_notify for waiting claims (claims/services/wakeups.py).
 
 
 def _count(fn):
     with CaptureQueriesContext(connection) as ctx:
         response = fn()
-    assert response.status_code in (200, 204), response.content
+    assert response.status_code in (200, 201, 204), response.content
     return len(ctx.captured_queries), response
 
 
@@ -53,3 +54,39 @@ def test_the_routed_requests_take_their_pinned_statements(operator, worker_a, st
     read, _ = _count(lambda: worker_a.get(f"/tasks/{task}"))
 
     assert (claimed, renewed, committed, released, next_claimed, read) == PINNED[stage]
+
+
+# The worker's own cycle in V1_ONLY (issue 12), token remembered: claim-next, stage, commit of the staged result,
+# inline commit, renew; a batch of 10 claims and a batch of 10 inline commits. BEGIN and COMMIT are counted.
+WORKER_PATH = {
+    "claim-next": 6,  # BEGIN, lock namespace, guard, claim the oldest READY, attempt + event, COMMIT
+    "stage": 4,  # BEGIN, attempt + clock, staged row + event, COMMIT (staging is not routed)
+    "commit": 6,  # BEGIN, lock task + namespace, guard, flip staged, task + attempt + event, COMMIT
+    "inline commit": 7,  # the same, and the staged row + event inserted once checks 1-4 passed
+    "renew": 5,  # BEGIN, lock, guard, lease + event, COMMIT
+    "batch of 10": 24,  # BEGIN, lock namespace, guard, per task: claim, attempt + event; COMMIT
+    "10 commits": 70,  # each item its own transaction, as the inline commit
+}
+
+
+def test_the_worker_path_in_v1_only_takes_its_pinned_statements(operator, worker_a):
+    operator.post("/namespaces", {"name": "ns-worker", "stage": "V1_ONLY"})
+    for _ in range(13):
+        operator.create(namespace="ns-worker")
+    worker_a.get("/tasks")  # the token's lookup, then remembered
+    counts = {}
+
+    counts["claim-next"], response = _count(lambda: worker_a.claim_next(namespace="ns-worker"))
+    first = response.json()
+    counts["stage"], _ = _count(lambda: worker_a.stage(first, {"r": 1}))
+    counts["commit"], _ = _count(lambda: worker_a.commit(first, {"r": 1}))
+    second = worker_a.claim_next(namespace="ns-worker").json()
+    counts["renew"], _ = _count(lambda: worker_a.renew(second))
+    counts["inline commit"], _ = _count(lambda: worker_a.commit_inline(second, {"r": 2}))
+    counts["batch of 10"], response = _count(lambda: worker_a.claim_batch(10, namespace="ns-worker"))
+    claims = response.json()["claims"]
+    items = [{"task_id": c["task_id"], **worker_a.commit_body(c, {"r": 3}, inline=True)} for c in claims]
+    counts["10 commits"], response = _count(lambda: worker_a.commits(items))
+
+    assert [r["status"] for r in response.json()["results"]] == [200] * 10
+    assert counts == WORKER_PATH
