@@ -9,10 +9,11 @@ PORT ?= 8000
 
 .PHONY: run test lint format migrate bench clean
 
-$(BIN)/.installed: pyproject.toml
+# The server with its dev tools, and the worker SDK (its own distribution, clients/python) that the tests use.
+$(BIN)/.installed: pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e 'clients/python[django]'
 	touch $@
 
 migrate: $(BIN)/.installed

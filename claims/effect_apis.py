@@ -216,7 +216,7 @@ class ResourceCheckApi(APIView):
         responses={200: s.OutcomeOut, **error_responses(400, 401, 404, 409)},
         description="Advisory, in order: 409 STALE_INPUT (INCARNATION); 409 STALE_FENCE unless the token is the "
         "newest and the attempt that took it is live; 409 STALE_INPUT (REVISION); else 200 CURRENT. Receivers "
-        "that can should enforce the token atomically in their own database (claims.receiver).",
+        "that can should enforce the token atomically in their own database (claim_client.receiver, the SDK in clients/python).",
     )
     def post(self, request: AuthedRequest, key: str) -> Response:
         data = parsed(s.ResourceCheckIn, request)

@@ -21,7 +21,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from claims import client as sdk  # noqa: E402
+import claim_client as sdk  # noqa: E402
 
 
 def work_once(

@@ -4,7 +4,7 @@ A resource's fence token is a counter on its key that never restarts, across inc
 task that lists the resource takes the next token *in the claim's transaction*, so the takeover establishes the
 new fence at the resource before the new holder — or anyone — acts on it: a delayed write carrying an older
 token, from the task's previous owner or another task, is refused by the check (and by a receiver that enforces
-tokens with ``claims.receiver``).
+tokens with ``claim_client.receiver`` (the SDK, clients/python)).
 """
 
 from __future__ import annotations
@@ -265,7 +265,7 @@ def resource_check(
     """The advisory check (§7), in order: STALE_INPUT (INCARNATION); STALE_FENCE unless the token is the newest
     and the attempt that took it is still live; STALE_INPUT (REVISION); else the caller answers CURRENT.
     Between this answer and the receiver's write a takeover can happen: receivers that can should enforce the
-    token atomically in their own database (``claims.receiver``)."""
+    token atomically in their own database (``claim_client.receiver`` (the SDK, clients/python))."""
     key = ResourceKey.objects.filter(pk=resource_key).first()
     live = Resource.objects.filter(key_id=resource_key, deleted_at__isnull=True).first() if key else None
     if key is None:

@@ -6,7 +6,7 @@ from . import *  # noqa: F401,F403
 from .base import DATABASES, INSTALLED_APPS
 from .env import env_bool, env_int, env_list
 
-# A downstream receiver's guard table (claims/receiver.py), for its tests.
+# A downstream receiver's guard table (claim_client.receiver, clients/python), for its tests.
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.receiver.apps.ReceiverConfig"]
 # Jobs run inline unless a test drives a real worker; the effect target the tests start listens on 127.0.0.1.
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", True)

@@ -32,3 +32,7 @@ class LegacyRefused(Conflict):
     ):
         super().__init__(detail, reason=word, current=current, extra=extra)
         self.outcome = word
+
+
+# Legacy's own refusal words where it decides (rollout.legacy), each a LegacyRefused's outcome.
+LEGACY_WORDS = ("HELD", "NOT_OWNER")

@@ -12,9 +12,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import claim_client as sdk  # noqa: E402
 import httpx  # noqa: E402
-
-from claims import client as sdk  # noqa: E402
 
 
 def main(

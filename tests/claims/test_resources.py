@@ -4,10 +4,10 @@ revisions checked at commit (A10, A11, A12), and a receiver that enforces tokens
 from __future__ import annotations
 
 import pytest
+from claim_client.receiver import StaleToken, guard_write, parse_fence_header
 from django.db import transaction
 
 from claims.models import Attempt, Resource, ResourceKey, Task
-from claims.receiver import StaleToken, guard_write, parse_fence_header
 from tests.receiver.models import ReportFence
 
 

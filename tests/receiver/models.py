@@ -1,8 +1,8 @@
-"""A downstream service's guard table, as claims/receiver.py tells one to declare it."""
+"""A downstream service's guard table, as claim_client/receiver.py tells one to declare it."""
 
 from __future__ import annotations
 
-from claims.receiver import FenceGuard
+from claim_client.receiver import FenceGuard
 
 
 class ReportFence(FenceGuard):

@@ -1,22 +1,37 @@
-"""A typed Python client for workers (httpx), speaking claim.v1.
+"""A typed Python client for workers (httpx), speaking claim.v1 with its §9 additions.
 
-    from claims.client import ControlPlane, Fenced
+    from claim_client import ControlPlane, Fenced
 
     cp = ControlPlane("http://127.0.0.1:8000", token, owner_id="worker-a")
     epoch = cp.namespace("default")["scheduler_epoch"]
-    claim = cp.claim_next(scheduler_epoch=epoch, ttl_seconds=30)
+    claim = cp.claim_next(scheduler_epoch=epoch, ttl_seconds=30, wait_seconds=20)   # None after 20 s of nothing
     with cp.lease(claim) as lease:                 # renews in the background, stops when fenced
         result = compute(claim.input)
         lease.check()                              # raises the loss (Fenced, Cancelled, Expired) if the lease is gone
         if lease.remaining() > 5:                  # seconds left, by this process's monotonic clock
             cp.effect(claim, "notify", {"to": "ops"}, call=send, check=was_sent)
-        cp.stage(claim, result)
-        cp.commit(claim, result)
+        cp.commit(claim, result)                   # the result inline: one request stages and commits it
+
+Batches: ``cp.claim_batch(max_tasks=10, ...)`` → a list of claims; ``cp.commit_many([(claim, result), ...])`` →
+one ``Committed`` or the raised-type exception per item, in order (each item judged on its own).
 
 Every outcome word is a distinct result or exception: a 409 raises the subclass of ``ClaimRejected`` named after
-its outcome (``Fenced``, ``StaleInput``, ``PayloadConflict`` …) carrying ``reason`` and ``current``; 400 raises
-``Invalid`` with the field errors, 401 ``Unauthenticated``, 403 ``Forbidden``, 404 ``NotFound``. Effect preparation
-returns its outcome (``PREPARED``, ``RECONCILE_REQUIRED``, ``ALREADY_COMMITTED``, ``APPROVAL_REQUIRED``).
+its outcome (``Fenced``, ``StaleInput``, ``StageNotOpen``, ``ProtocolTooOld``, ``Held`` … — generated from the
+server's own errors, ``claim_client.outcomes``) carrying ``reason`` and ``current``; 400 raises ``Invalid`` with the
+field errors, 401 ``Unauthenticated``, 403 ``Forbidden``, 404 ``NotFound``, 429 ``Throttled``, 503 ``Unavailable``.
+Effect preparation returns its outcome (``PREPARED``, ``RECONCILE_REQUIRED``, ``ALREADY_COMMITTED``,
+``APPROVAL_REQUIRED``).
+
+Retries (``retries=3`` by default), only where sending again cannot do harm:
+
+- 429 and 503, on every request: the server decided nothing (503: the transaction rolled back; 429: refused before
+  any work); the SDK waits ``Retry-After`` (or a backoff) and sends again.
+- A connection that failed before the request was sent (connect errors), on every request: the server never saw it.
+- A timeout or a dropped connection *after* sending, only for requests whose repeat answers the same: commit and
+  batch commits (a repeat returns the stored answer), stage (the same digest returns the same record), renew (it
+  extends the same lease again) and reads. Never for claim, claim-next, batch claims or release: the first may have
+  been granted (a repeat would take a second task, or be refused by the first's live lease) — the error is raised,
+  and a lost grant's lease simply runs out and the task is claimed again.
 """
 
 from __future__ import annotations
@@ -32,139 +47,14 @@ from typing import Any
 import httpx
 
 from .digest import digest
+from .errors import (
+    BY_STATUS,
+    ClaimError,
+    ClaimRejected,
+)
+from .outcomes import BY_OUTCOME, ApprovalRequired, Cancelled, Expired, Fenced
 
 # --- errors ------------------------------------------------------------------------------------------
-
-
-class ClaimError(Exception):
-    """Any answer that is not a success."""
-
-    def __init__(self, status: int, body: dict[str, Any]):
-        self.status = status
-        self.body = body
-        self.outcome: str = body.get("outcome", "")
-        self.reason: str = body.get("reason", self.outcome)
-        self.detail: str = body.get("detail", "")
-        self.current: dict[str, Any] = body.get("current", {})
-        super().__init__(f"{status} {self.outcome} ({self.reason}): {self.detail or body}")
-
-
-class Invalid(ClaimError):
-    """400: the request was malformed; ``errors`` maps fields to messages. Nothing changed."""
-
-    @property
-    def errors(self) -> dict[str, list[str]]:
-        return self.body.get("errors", {})
-
-
-class Unauthenticated(ClaimError):
-    """401: no token, or an unknown one."""
-
-
-class Forbidden(ClaimError):
-    """403: the role may not do this, or the attempt or owner_id is not this worker's."""
-
-
-class NotFound(ClaimError):
-    """404: no such task, effect, resource or namespace."""
-
-
-class ClaimRejected(ClaimError):
-    """409: a protocol rejection. The subclass is the outcome word."""
-
-
-class Fenced(ClaimRejected):
-    """Not (or no longer) the current holder: reason EPOCH, GENERATION, ATTEMPT, OWNER or LEASE_EXPIRED."""
-
-
-class Cancelled(ClaimRejected):
-    pass
-
-
-class Expired(ClaimRejected):
-    """The lease ran out before a renew: claim again."""
-
-
-class StaleInput(ClaimRejected):
-    """The input (or a resource, reason RESOURCE) changed: re-read it and compute again."""
-
-
-class NotStaged(ClaimRejected):
-    pass
-
-
-class ClaimsPaused(ClaimRejected):
-    pass
-
-
-class VersionMismatch(ClaimRejected):
-    pass
-
-
-class NotClaimable(ClaimRejected):
-    """reason STATE, LEASE_LIVE or RESOURCE_HELD."""
-
-
-class PayloadConflict(ClaimRejected):
-    """The effect slot is bound to another payload; ``current`` has the bound digest and state."""
-
-
-class ApprovalRequired(ClaimRejected):
-    pass
-
-
-class InvalidTransition(ClaimRejected):
-    pass
-
-
-class NotUnknown(ClaimRejected):
-    pass
-
-
-class StaleFence(ClaimRejected):
-    pass
-
-
-class TaskExists(ClaimRejected):
-    pass
-
-
-class NotRevisable(ClaimRejected):
-    pass
-
-
-class NotCancellable(ClaimRejected):
-    pass
-
-
-class NamespaceExists(ClaimRejected):
-    pass
-
-
-class ResourceExists(ClaimRejected):
-    pass
-
-
-_BY_OUTCOME: dict[str, type[ClaimRejected]] = {
-    "FENCED": Fenced,
-    "CANCELLED": Cancelled,
-    "EXPIRED": Expired,
-    "STALE_INPUT": StaleInput,
-    "NOT_STAGED": NotStaged,
-    "CLAIMS_PAUSED": ClaimsPaused,
-    "VERSION_MISMATCH": VersionMismatch,
-    "NOT_CLAIMABLE": NotClaimable,
-    "PAYLOAD_CONFLICT": PayloadConflict,
-    "APPROVAL_REQUIRED": ApprovalRequired,
-    "INVALID_TRANSITION": InvalidTransition,
-    "NOT_UNKNOWN": NotUnknown,
-    "STALE_FENCE": StaleFence,
-    "TASK_EXISTS": TaskExists,
-    "NOT_REVISABLE": NotRevisable,
-    "NOT_CANCELLABLE": NotCancellable,
-    "NAMESPACE_EXISTS": NamespaceExists,
-    "RESOURCE_EXISTS": ResourceExists,
-}
 
 
 class EffectUnknown(Exception):
@@ -178,6 +68,29 @@ class EffectUnknown(Exception):
 
 class EffectFailed(Exception):
     """Raise it from ``call`` for a definite refusal by the target: recorded FAILED, safe to retry later."""
+
+
+def _error(response: httpx.Response) -> ClaimError:
+    """The exception for a non-success answer: by outcome word for a 409, by status otherwise."""
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = {"detail": response.text}
+    if not isinstance(payload, dict):
+        payload = {"detail": payload}
+    status = response.status_code
+    if status == 429:
+        payload["_retry_after"] = response.headers.get("Retry-After", "1")
+    if status == 409:
+        return BY_OUTCOME.get(payload.get("outcome", ""), ClaimRejected)(status, payload)
+    return BY_STATUS.get(status, ClaimError)(status, payload)
+
+
+def error_of(status: int, body: dict[str, Any]) -> ClaimError:
+    """The exception a single request would have raised for ``status`` and ``body`` (a batch item's answer)."""
+    if status == 409:
+        return BY_OUTCOME.get(body.get("outcome", ""), ClaimRejected)(status, body)
+    return BY_STATUS.get(status, ClaimError)(status, body)
 
 
 # --- values ------------------------------------------------------------------------------------------
@@ -207,6 +120,7 @@ class Claim:
 class Committed:
     result_commit_id: str
     unblocked: list[str]
+    staged_result_id: str | None = None  # the row an inline commit staged
 
 
 @dataclass(frozen=True)
@@ -240,9 +154,12 @@ class ControlPlane:
         *,
         owner_id: str,
         timeout: float = 10.0,
+        retries: int = 3,
         transport: httpx.BaseTransport | None = None,
     ):
         self.owner_id = owner_id
+        self._retries = retries
+        self._timeout = timeout
         self._http = httpx.Client(
             base_url=base_url.rstrip("/") + "/api/v1",
             headers={"Authorization": f"Bearer {token}"},
@@ -260,26 +177,39 @@ class ControlPlane:
         self.close()
 
     # -- transport --
-    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
-        response = self._http.request(method, path, json=body)
+    def _request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, idempotent: bool = False
+    ) -> httpx.Response:
+        for attempt in range(self._retries + 1):
+            last = attempt == self._retries
+            try:
+                response = self._http.request(method, path, json=body)
+            except httpx.ConnectError:
+                if last:
+                    raise
+                time.sleep(self._backoff(attempt))
+                continue
+            except (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError):
+                if last or not (idempotent or method == "GET"):
+                    raise
+                time.sleep(self._backoff(attempt))
+                continue
+            if response.status_code in (429, 503) and not last:
+                time.sleep(self._retry_after(response, attempt))
+                continue
+            break
         if response.status_code < 400:
             return response
+        raise _error(response)
+
+    def _backoff(self, attempt: int) -> float:
+        return min(5.0, 0.1 * 2**attempt)
+
+    def _retry_after(self, response: httpx.Response, attempt: int) -> float:
         try:
-            payload = response.json()
+            return min(30.0, float(response.headers.get("Retry-After", "")))
         except ValueError:
-            payload = {"detail": response.text}
-        status = response.status_code
-        if status == 400:
-            raise Invalid(status, payload)
-        if status == 401:
-            raise Unauthenticated(status, payload)
-        if status == 403:
-            raise Forbidden(status, payload)
-        if status == 404:
-            raise NotFound(status, payload)
-        if status == 409:
-            raise _BY_OUTCOME.get(payload.get("outcome", ""), ClaimRejected)(status, payload)
-        raise ClaimError(status, payload)
+            return self._backoff(attempt)
 
     def _attempt(self, claim: Claim) -> dict[str, Any]:
         return {
@@ -324,22 +254,59 @@ class ControlPlane:
         ttl_seconds: int,
         namespace: str | None = None,
         node_ids: list[str] | None = None,
+        wait_seconds: int = 0,
     ) -> Claim | None:
-        """The oldest claimable task, or None when nothing is claimable."""
+        """The oldest claimable task, or None when nothing is claimable — after waiting up to ``wait_seconds``
+        (0–30) for one to become claimable, woken by the server as soon as one does."""
         started = time.monotonic()
-        body: dict[str, Any] = {
-            "owner_id": self.owner_id,
-            "scheduler_epoch": scheduler_epoch,
-            "ttl_seconds": ttl_seconds,
-        }
+        body = self._claim_body(scheduler_epoch, ttl_seconds, namespace, node_ids, wait_seconds)
+        response = self._waiting("/claims", body, wait_seconds)
+        if response.status_code == 204:
+            return None
+        return self._claimed(response.json(), started, ttl_seconds)
+
+    def claim_batch(
+        self,
+        *,
+        max_tasks: int,
+        scheduler_epoch: int,
+        ttl_seconds: int,
+        namespace: str | None = None,
+        node_ids: list[str] | None = None,
+        wait_seconds: int = 0,
+    ) -> list[Claim]:
+        """Up to ``max_tasks`` (1–100) claims in one request, each its own attempt; [] when nothing is claimable
+        (after ``wait_seconds``)."""
+        started = time.monotonic()
+        body = self._claim_body(scheduler_epoch, ttl_seconds, namespace, node_ids, wait_seconds)
+        body["max_tasks"] = max_tasks
+        response = self._waiting("/claims/batch", body, wait_seconds)
+        if response.status_code == 204:
+            return []
+        return [self._claimed(item, started, ttl_seconds) for item in response.json()["claims"]]
+
+    def _claim_body(
+        self, epoch: int, ttl: int, namespace: str | None, node_ids: list[str] | None, wait: int
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"owner_id": self.owner_id, "scheduler_epoch": epoch, "ttl_seconds": ttl}
         if namespace:
             body["namespace"] = namespace
         if node_ids:
             body["node_ids"] = node_ids
-        response = self._request("POST", "/claims", body)
-        if response.status_code == 204:
-            return None
-        return self._claimed(response.json(), started, ttl_seconds)
+        if wait:
+            body["wait_seconds"] = wait
+        return body
+
+    def _waiting(self, path: str, body: dict[str, Any], wait_seconds: int) -> httpx.Response:
+        """A claim that may wait: the read timeout covers the wait."""
+        if not wait_seconds:
+            return self._request("POST", path, body)
+        saved = self._http.timeout
+        self._http.timeout = httpx.Timeout(self._timeout, read=self._timeout + wait_seconds)
+        try:
+            return self._request("POST", path, body)
+        finally:
+            self._http.timeout = saved
 
     def renew(self, claim: Claim, *, extend_seconds: int) -> datetime:
         started = time.monotonic()
@@ -348,7 +315,7 @@ class ControlPlane:
             "cancel_generation": claim.cancel_generation,
             "extend_seconds": extend_seconds,
         }
-        answer = self._request("POST", f"/tasks/{claim.task_id}/renew", body).json()
+        answer = self._request("POST", f"/tasks/{claim.task_id}/renew", body, idempotent=True).json()
         claim.lease_expires_at = answer["lease_expires_at"]
         claim._deadline = started + extend_seconds
         return datetime.fromisoformat(answer["lease_expires_at"].replace("Z", "+00:00"))
@@ -365,14 +332,55 @@ class ControlPlane:
             "result": result,
             "result_digest": digest(result),
         }
-        return self._request("POST", f"/tasks/{claim.task_id}/results", body).json()["staged_result_id"]
+        answer = self._request("POST", f"/tasks/{claim.task_id}/results", body, idempotent=True)
+        return answer.json()["staged_result_id"]
 
     def commit(
-        self, claim: Claim, result: Any, *, resources: list[dict[str, Any]] | None = None
+        self,
+        claim: Claim,
+        result: Any,
+        *,
+        resources: list[dict[str, Any]] | None = None,
+        inline: bool = True,
     ) -> Committed:
-        """Commit a staged ``result`` (its digest is computed here). ``resources``: the task's resources, each
+        """Commit ``result`` (its digest is computed here). Inline by default (claim-v1.md §9): the result travels
+        with the commit and is staged in the commit's transaction — one request; ``inline=False`` commits a result
+        staged earlier with ``stage``. ``resources``: the task's resources, each
         ``{resource_key, incarnation, expected_revision}`` as read before computing."""
+        answer = self._request(
+            "POST",
+            f"/tasks/{claim.task_id}/commit",
+            self._commit_body(claim, result, resources, inline),
+            idempotent=True,
+        ).json()
+        return Committed(answer["result_commit_id"], answer["unblocked"], answer.get("staged_result_id"))
+
+    def commit_many(
+        self, items: list[tuple[Claim, Any]], *, inline: bool = True
+    ) -> list[Committed | ClaimError]:
+        """Commit up to 100 results in one request (``POST /commits``). Each item is judged and written on its own;
+        the answer, in order, is its ``Committed`` or the exception that commit alone would have raised (returned,
+        not raised, so one refusal does not hide the others)."""
         body = {
+            "commits": [
+                {"task_id": claim.task_id, **self._commit_body(claim, result, None, inline)}
+                for claim, result in items
+            ]
+        }
+        results = self._request("POST", "/commits", body, idempotent=True).json()["results"]
+        return [
+            Committed(
+                r["body"]["result_commit_id"], r["body"]["unblocked"], r["body"].get("staged_result_id")
+            )
+            if r["status"] == 200
+            else error_of(r["status"], r["body"])
+            for r in results
+        ]
+
+    def _commit_body(
+        self, claim: Claim, result: Any, resources: list[dict[str, Any]] | None, inline: bool
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
             "attempt_id": claim.attempt_id,
             "scheduler_epoch": claim.scheduler_epoch,
             "claim_generation": claim.claim_generation,
@@ -380,10 +388,11 @@ class ControlPlane:
             "input_digest": claim.input_digest,
             "result_digest": digest(result),
         }
+        if inline:
+            body["result"] = result
         if resources:
             body["resources"] = resources
-        answer = self._request("POST", f"/tasks/{claim.task_id}/commit", body).json()
-        return Committed(answer["result_commit_id"], answer["unblocked"])
+        return body
 
     @contextmanager
     def lease(

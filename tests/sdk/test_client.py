@@ -1,14 +1,14 @@
-"""The worker SDK (claims/client.py) against a live server: typed outcomes, background renewal that stops when
+"""The worker SDK (claim-client, clients/python) against a live server: typed outcomes, background renewal that stops when
 fenced, remaining(), and the effect helper that reconciles after a takeover instead of calling again."""
 
 from __future__ import annotations
 
 import time
 
+import claim_client as sdk
 import httpx
 import pytest
 
-from claims import client as sdk
 from claims.models import Effect, Task, TaskEvent
 from tests.support.actors import ensure_default_namespace, make_actor
 

@@ -9,14 +9,14 @@ between its answer and your write); this is not, because the guard row stays loc
 Usage in a downstream Django project::
 
     # models.py
-    from claims.receiver import FenceGuard
+    from claim_client.receiver import FenceGuard
 
     class InvoiceFence(FenceGuard):
         pass
 
     # where the write happens
     from django.db import transaction
-    from claims.receiver import StaleToken, guard_write, parse_fence_header
+    from claim_client.receiver import StaleToken, guard_write, parse_fence_header
 
     with transaction.atomic():
         for key, token in parse_fence_header(request.headers.getlist("X-Fence-Token")).items():

@@ -1,0 +1,52 @@
+"""claim-client: the worker SDK for the claim control plane (claim.v1). See ``claim_client.client``."""
+
+from __future__ import annotations
+
+from .client import (
+    Claim,
+    Committed,
+    ControlPlane,
+    EffectFailed,
+    EffectResult,
+    EffectTicket,
+    EffectUnknown,
+    Lease,
+    error_of,
+)
+from .digest import digest
+from .errors import (
+    ClaimError,
+    ClaimRejected,
+    Forbidden,
+    Invalid,
+    NotFound,
+    Throttled,
+    Unauthenticated,
+    Unavailable,
+)
+from .outcomes import *  # noqa: F403 - one exception class per outcome word
+from .outcomes import BY_OUTCOME
+
+__version__ = "0.2.0"
+__all__ = [
+    "BY_OUTCOME",
+    "Claim",
+    "ClaimError",
+    "ClaimRejected",
+    "Committed",
+    "ControlPlane",
+    "EffectFailed",
+    "EffectResult",
+    "EffectTicket",
+    "EffectUnknown",
+    "Forbidden",
+    "Invalid",
+    "Lease",
+    "NotFound",
+    "Throttled",
+    "Unauthenticated",
+    "Unavailable",
+    "digest",
+    "error_of",
+    *(cls.__name__ for cls in BY_OUTCOME.values()),
+]

@@ -1,0 +1,166 @@
+"""The SDK as its own distribution (clients/python, claim-client): outcome words generated from the server's own
+errors, batches, inline commit, waiting, the retry policy, and an install without the server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import claim_client as sdk
+import httpx
+import pytest
+
+from claims.models import StagedResult, Task
+from tests.support.actors import ensure_default_namespace, make_actor
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import gen_sdk_outcomes  # noqa: E402
+
+
+def test_the_sdk_knows_every_outcome_word_the_server_answers_with():
+    generated = gen_sdk_outcomes.render(gen_sdk_outcomes.conflict_words())
+
+    assert (ROOT / "clients/python/claim_client/outcomes.py").read_text() == generated  # run the generator
+    for word in (
+        "STAGE_NOT_OPEN",
+        "PROTOCOL_TOO_OLD",
+        "GATE_NOT_MET",
+        "HELD",
+        "NOT_OWNER",
+        "PAUSE_HELD",
+        "FENCED",
+    ):
+        assert sdk.BY_OUTCOME[word].outcome == word
+    assert sdk.error_of(429, {"outcome": "THROTTLED"}).__class__ is sdk.Throttled
+    assert sdk.error_of(503, {"outcome": "UNAVAILABLE"}).__class__ is sdk.Unavailable
+    assert sdk.digest({"b": [1, "é"], "a": None}) == __import__("claims.digest").digest.digest(
+        {"a": None, "b": [1, "é"]}
+    )
+
+
+# --- the retry policy (an HTTP transport that answers as told; the server's database is not involved) ---------
+
+
+def _scripted(answers: list):
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    return sdk.ControlPlane("http://cp", "t", owner_id="w", transport=httpx.MockTransport(handler)), calls
+
+
+def _claim(**extra):
+    return sdk.Claim("t1", "a1", 1, 1, 0, "2026-01-01T00:00:00Z", "sha256:" + "0" * 64, 1, {}, {}, **extra)
+
+
+COMMITTED = {"outcome": "COMMITTED", "result_commit_id": "c1", "unblocked": []}
+
+
+def test_429_and_503_are_sent_again_after_retry_after(monkeypatch):
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    cp, calls = _scripted(
+        [
+            httpx.Response(429, json={"outcome": "THROTTLED"}, headers={"Retry-After": "0"}),
+            httpx.Response(503, json={"outcome": "UNAVAILABLE"}),
+            httpx.Response(204),
+        ]
+    )
+
+    assert cp.claim_next(scheduler_epoch=1, ttl_seconds=30) is None
+    assert len(calls) == 3
+
+
+def test_a_lost_reply_is_retried_for_a_commit_and_never_for_a_claim(monkeypatch):
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    cp, calls = _scripted([httpx.ReadTimeout("lost"), httpx.Response(200, json=COMMITTED)])
+    assert cp.commit(_claim(), {"r": 1}).result_commit_id == "c1"  # a repeat returns the stored answer
+    assert len(calls) == 2
+
+    cp, calls = _scripted([httpx.ReadTimeout("lost"), httpx.Response(204)])
+    with pytest.raises(httpx.ReadTimeout):
+        cp.claim_next(scheduler_epoch=1, ttl_seconds=30)  # the first may have been granted
+    assert len(calls) == 1
+
+
+# --- against a live server ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def server(live_server):
+    ensure_default_namespace()
+    return live_server.url
+
+
+def _cp(server, actor, **kw) -> sdk.ControlPlane:
+    return sdk.ControlPlane(server, actor.token, owner_id=actor.name, timeout=5, **kw)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_batches_inline_commit_and_a_refused_item_among_good_ones(server):
+    op = make_actor("olivia-operator", "operator")
+    ids = [op.create(node_id=f"n{i}").json()["task_id"] for i in range(4)]
+    a, b = (_cp(server, make_actor(name, "worker")) for name in ("worker-a", "worker-b"))
+
+    claims = a.claim_batch(max_tasks=10, scheduler_epoch=1, ttl_seconds=30)
+    assert sorted(c.task_id for c in claims) == sorted(ids)
+    a.release(claims[0])
+    taken = b.claim(claims[0].task_id, scheduler_epoch=1, ttl_seconds=30)  # A's first claim is over
+    answers = a.commit_many([(c, {"n": c.task_id}) for c in claims])
+
+    assert isinstance(answers[0], sdk.Fenced) and answers[0].reason == "GENERATION"
+    assert all(isinstance(x, sdk.Committed) and x.staged_result_id for x in answers[1:])
+    assert Task.objects.get(pk=taken.task_id).state == "CLAIMED"
+    assert StagedResult.objects.filter(canonical=True).count() == 3
+    assert b.commit(taken, {"n": "b"}).staged_result_id  # inline: one request
+    assert a.claim_batch(max_tasks=10, scheduler_epoch=1, ttl_seconds=5) == []
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_waiting_claim_next_returns_the_task_created_meanwhile(server):
+    op = make_actor("olivia-operator", "operator")
+    a = _cp(server, make_actor("worker-a", "worker"))
+    later = threading.Timer(0.5, lambda: op.create(node_id="later"))
+    later.start()
+
+    claim = a.claim_next(scheduler_epoch=1, ttl_seconds=30, wait_seconds=10)
+
+    later.join()
+    assert claim is not None and Task.objects.get(pk=claim.task_id).node_id == "later"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_namespace_at_legacy_raises_stage_not_open(server):
+    op = make_actor("olivia-operator", "operator")
+    assert op.post("/namespaces", {"name": "old", "stage": "LEGACY"}).status_code == 201
+    task_id = op.create(namespace="old").json()["task_id"]
+    a = _cp(server, make_actor("worker-a", "worker"))
+
+    with pytest.raises(sdk.StageNotOpen):
+        a.claim(task_id, scheduler_epoch=1, ttl_seconds=5)
+    assert Task.objects.get(pk=task_id).claim_generation == 0
+
+
+def test_the_sdk_installs_and_imports_without_the_server(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+    subprocess.run([*pip, str(ROOT / "clients" / "python")], check=True, timeout=300)
+    probe = (
+        "import sys, claim_client as c; "
+        "assert 'django' not in sys.modules and 'claims' not in sys.modules, sorted(sys.modules); "
+        "print(c.__version__, len(c.BY_OUTCOME))"
+    )
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", probe], check=True, capture_output=True, text=True
+    )
+    assert out.stdout.split() == [sdk.__version__, str(len(sdk.BY_OUTCOME))]
