@@ -142,7 +142,9 @@ class EffectDispatchApi(APIView):
         operation_id="effect_dispatch",
         request=s.EffectDispatchIn,
         responses={
-            201: OpenApiResponse(description="`{outcome: DISPATCH_RECORDED, dispatch_id}`"),
+            201: OpenApiResponse(
+                s.DispatchRecordedOut, description="`{outcome: DISPATCH_RECORDED, dispatch_id}`"
+            ),
             **error_responses(400, 401, 403, 404, 409),
         },
         description="Record the durable dispatch commitment, checked in one transaction: authority; "
@@ -155,7 +157,7 @@ class EffectDispatchApi(APIView):
     def post(self, request: AuthedRequest, effect_id: str) -> Response:
         data = parsed(s.EffectDispatchIn, request)
         intent, _created = services.effect_dispatch(principal=request.user, effect_id=effect_id, **data)
-        return Response({"outcome": "DISPATCH_RECORDED", "dispatch_id": str(intent.pk)}, status=201)
+        return Response(s.DispatchRecordedOut({"dispatch_id": intent.pk}).data, status=201)
 
 
 def _resource_body(view: services.ResourceView) -> dict[str, Any]:

@@ -161,6 +161,67 @@ class NotUnknown(Conflict):
     outcome = "NOT_UNKNOWN"
 
 
+# --- the vocabulary of refusals, for the schema and the SDK ---------------------------------------------------
+
+# Reasons the core gives beside its outcome words (a reason defaults to the outcome word itself).
+CORE_REASONS = (
+    "EPOCH",
+    "GENERATION",
+    "ATTEMPT",
+    "OWNER",
+    "LEASE_EXPIRED",
+    "STATE",
+    "LEASE_LIVE",
+    "RESOURCE_HELD",
+    "RESOURCE",
+    "INCARNATION",
+    "REVISION",
+    "NODE_BUSY",
+    "DISPATCH_IN_FLIGHT",
+)
+_more_outcomes: set[str] = set()
+_more_reasons: set[str] = set()
+
+
+def register_words(*, outcomes: tuple[str, ...] = (), reasons: tuple[str, ...] = ()) -> None:
+    """A wrapping app's further 409 words that no Conflict subclass names as a class attribute (legacy's refusals)
+    and its reasons, so the schema's enums and the SDK know them."""
+    _more_outcomes.update(outcomes)
+    _more_reasons.update(reasons)
+
+
+def conflict_outcomes() -> list[str]:
+    """Every 409 outcome word: each Conflict subclass loaded (the core's and any wrapping app's), and those
+    registered."""
+    words: set[str] = set(_more_outcomes)
+    pending: list[type] = [Conflict]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        outcome = cls.__dict__.get("outcome")
+        if isinstance(outcome, str) and cls is not Conflict:
+            words.add(outcome)
+    return sorted(words)
+
+
+def conflict_reasons() -> list[str]:
+    return sorted({*conflict_outcomes(), *CORE_REASONS, *_more_reasons})
+
+
+# Outcome words of the answers that are not 409s (claim-v1.md §2; ``exception_handler`` below).
+STATUS_OUTCOMES = {
+    400: "INVALID",
+    401: "UNAUTHENTICATED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    406: "NOT_ACCEPTABLE",
+    415: "INVALID",
+    429: "THROTTLED",
+    503: "UNAVAILABLE",
+}
+
+
 def _field_errors(detail: Any) -> dict[str, list[str]]:
     if isinstance(detail, dict):
         return {str(key): _messages(value) for key, value in detail.items()}
@@ -229,5 +290,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         response["Retry-After"] = "1"
         return response
     if isinstance(exc, drf.Throttled):
-        return Response({"outcome": "THROTTLED", "detail": str(exc.detail)}, status=429)
+        response = Response({"outcome": "THROTTLED", "detail": str(exc.detail)}, status=429)
+        response["Retry-After"] = str(max(1, round(getattr(exc, "wait", None) or 1)))
+        return response
     return None

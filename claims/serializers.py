@@ -13,6 +13,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from .digest import DIGEST_RE, canonical_json, digest
+from .errors import STATUS_OUTCOMES
 from .models import ReplayPolicy, TaskState
 
 MAX_COUNTER = 2**62
@@ -353,6 +354,11 @@ class OutcomeOut(serializers.Serializer):
     outcome = serializers.CharField()
 
 
+class DispatchRecordedOut(serializers.Serializer):
+    outcome = serializers.CharField(default="DISPATCH_RECORDED")
+    dispatch_id = serializers.UUIDField()
+
+
 class StageOut(serializers.Serializer):
     outcome = serializers.CharField(default="STAGED")
     staged_result_id = serializers.UUIDField()
@@ -428,15 +434,30 @@ class InvalidOut(serializers.Serializer):
     errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))  # type: ignore[assignment]
 
 
+class OutcomeWordField(serializers.CharField):
+    """A 409's outcome word: documented as the enum of every word the server answers with (claims/schema.py)."""
+
+
+class ReasonWordField(serializers.CharField):
+    """A 409's reason: the enum of every reason (claims/schema.py)."""
+
+
+class CurrentField(serializers.JSONField):
+    """The authoritative values after a 409 (claim-v1.md §2): an object whose known members are typed
+    (claims/schema.py); which appear depends on the refusal."""
+
+
 class ConflictOut(serializers.Serializer):
-    outcome = serializers.CharField()
-    reason = serializers.CharField()
+    outcome = OutcomeWordField()
+    reason = ReasonWordField()
     detail = serializers.CharField()
-    current = serializers.DictField()
+    current = CurrentField()
 
 
 class ErrorOut(serializers.Serializer):
-    outcome = serializers.CharField()
+    outcome = serializers.ChoiceField(
+        choices=sorted({w for code, w in STATUS_OUTCOMES.items() if code not in (400, 415)})
+    )
     detail = serializers.CharField()
 
 

@@ -32,21 +32,18 @@ def conflict_words() -> dict[str, str]:
     from claims import errors
     from rollout.services import errors as rollout_errors
 
-    words: dict[str, str] = {}
-
-    def walk(cls: type) -> None:
-        for sub in cls.__subclasses__():
-            outcome = sub.__dict__.get("outcome")
-            if isinstance(outcome, str):
-                doc = (sub.__doc__ or "").strip().splitlines()
-                words[outcome] = doc[0] if doc else ""
-            walk(sub)
-
-    walk(errors.Conflict)
-    words.pop("CONFLICT", None)
+    docs: dict[str, str] = {}
+    pending: list[type] = [errors.Conflict]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        doc = (cls.__doc__ or "").strip().splitlines()
+        if isinstance(cls.__dict__.get("outcome"), str) and doc:
+            docs[cls.__dict__["outcome"]] = doc[0]
     for word in rollout_errors.LEGACY_WORDS:
-        words[word] = "Legacy's refusal where legacy decides (SHADOW, V1_READS)."
-    return dict(sorted(words.items()))
+        docs[word] = "Legacy's refusal where legacy decides (SHADOW, V1_READS)."
+    # The words themselves: the server's own list, the one the schema's ConflictOutcome enum is made of.
+    return {word: docs.get(word, "") for word in errors.conflict_outcomes()}
 
 
 def render(words: dict[str, str]) -> str:

@@ -168,7 +168,15 @@ SPECTACULAR_SETTINGS = {
         "`shadow: {verdict, reason, mismatch_id}`; V1_WRITES → claim.v1 decides and writes the legacy store too; "
         "V1_ONLY → claim.v1 only. The epoch rule holds in every stage. The legacy protocol is under /api/legacy/."
     ),
-    "VERSION": "claim.v1",
+    # The schema's own version (a package version, as generators want one); the wire contract it describes is
+    # claim.v1 with its §9 additions (info.x-contract).
+    "VERSION": "0.12.0",
+    "EXTENSIONS_INFO": {"x-contract": "claim.v1"},
+    # The enum hook rebuilds the components: ours adds its own after it.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "claims.schema.document_every_operation",
+    ],
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from claims.errors import Conflict
+from claims.errors import Conflict, register_words
 
 
 class ProtocolTooOld(Conflict):
@@ -36,3 +36,5 @@ class LegacyRefused(Conflict):
 
 # Legacy's own refusal words where it decides (rollout.legacy), each a LegacyRefused's outcome.
 LEGACY_WORDS = ("HELD", "NOT_OWNER")
+# STAGE_CHANGED: the stage kept moving under a routed request; ROLLBACK: a rollback holds the pause (PAUSE_HELD).
+register_words(outcomes=LEGACY_WORDS, reasons=(*LEGACY_WORDS, "STAGE_CHANGED", "ROLLBACK"))

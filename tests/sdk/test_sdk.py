@@ -164,3 +164,16 @@ def test_the_sdk_installs_and_imports_without_the_server(tmp_path):
         [str(venv / "bin" / "python"), "-c", probe], check=True, capture_output=True, text=True
     )
     assert out.stdout.split() == [sdk.__version__, str(len(sdk.BY_OUTCOME))]
+
+
+def test_every_reason_the_code_gives_is_in_the_schema_enum():
+    import re
+
+    from claims import errors
+
+    literals = set()
+    for package in ("claims", "rollout"):
+        for path in (ROOT / package).rglob("*.py"):
+            literals |= set(re.findall(r'reason="([A-Z_]+)"', path.read_text()))
+
+    assert literals and literals <= set(errors.conflict_reasons())
