@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint format migrate bench clean
+.PHONY: run serve test lint format migrate bench clean
 
 # The server with its dev tools, and the worker SDK (its own distribution, clients/python) that the tests use.
 $(BIN)/.installed: pyproject.toml clients/python/pyproject.toml
@@ -27,12 +27,18 @@ run: migrate
 	  worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
 	  $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
+# The production server: gunicorn with uvicorn workers (ASGI: a waiting claim holds no thread), pooled connections.
+# Needs DATABASE_URL=postgres://…; WEB_CONCURRENCY processes (default 2), BIND (default 127.0.0.1:8000).
+serve: migrate
+	DATABASE_POOL=true $(BIN)/gunicorn -c deploy/gunicorn.conf.py controlplane.asgi:application
+
 # Browser tests need Debian's chromium; scripts/install-browser.sh installs it when it can (root), otherwise those
 # tests are skipped with a message saying so.
 # The whole suite, then the core's tests again without the rollout app (controlplane.settings.test_core): deleting
 # rollout/ and its URL lines leaves a working claim.v1 service.
 test: lint
 	-@scripts/install-browser.sh
+	-@scripts/install-node.sh
 	$(BIN)/pytest
 	$(BIN)/pytest tests/claims --ds=controlplane.settings.test_core -p no:cacheprovider
 
@@ -49,7 +55,8 @@ format: $(BIN)/.installed
 	$(BIN)/ruff check --fix .
 
 bench: $(BIN)/.installed
-	$(BIN)/python bench/claims.py
+	$(BIN)/pip install --quiet '.[bench]'
+	$(BIN)/python bench/sidebyside.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

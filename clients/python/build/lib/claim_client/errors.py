@@ -9,12 +9,12 @@ from typing import Any
 class ClaimError(Exception):
     """Any answer that is not a success."""
 
-    outcome = ""
+    outcome: str = ""
 
     def __init__(self, status: int, body: dict[str, Any]):
         self.status = status
         self.body = body
-        self.outcome: str = body.get("outcome", "") or type(self).outcome
+        self.outcome = body.get("outcome", "") or type(self).outcome
         self.reason: str = body.get("reason", self.outcome)
         self.detail: str = body.get("detail", "")
         self.current: dict[str, Any] = body.get("current", {})
