@@ -37,10 +37,10 @@ async def _pgq_prepare(dsn: str, jobs: int) -> None:
 
 async def _pgq_worker(dsn: str, seconds: float, batch: int) -> int:
     import asyncpg
-    from pgqueuer import AsyncpgDriver, QueueManager
+    from pgqueuer import AsyncpgDriver, Queries, QueueManager
 
     conn = await asyncpg.connect(dsn)
-    qm = QueueManager(AsyncpgDriver(conn))
+    qm = QueueManager(Queries(AsyncpgDriver(conn)))
     done = 0
 
     @qm.entrypoint("bench")

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path, register_converter
 
 from . import apis, effect_apis
-from .waiting import waiting
+from .waiting import offloaded, waiting
 
 
 class TaskIdConverter:
@@ -40,7 +40,7 @@ core_urlpatterns = [
     path("tasks/<task_id:task_id>/input", apis.TaskInputApi.as_view(), name="task-input"),
     path("tasks/<task_id:task_id>/cancel", apis.TaskCancelApi.as_view(), name="task-cancel"),
     path("tasks/<task_id:task_id>/requeue", apis.TaskRequeueApi.as_view(), name="task-requeue"),
-    path("tasks/<task_id:task_id>/results", apis.TaskResultsApi.as_view(), name="task-results"),
+    path("tasks/<task_id:task_id>/results", offloaded(apis.TaskResultsApi.as_view()), name="task-results"),
     path("effects/prepare", effect_apis.EffectPrepareApi.as_view(), name="effect-prepare"),
     path("effects/<effect_id:effect_id>", effect_apis.EffectDetailApi.as_view(), name="effect"),
     path(
@@ -70,14 +70,15 @@ core_urlpatterns = [
 worker_urlpatterns = [
     path("tasks", apis.TaskListCreateApi.as_view(), name="tasks"),
     path("tasks/<task_id:task_id>", apis.TaskDetailApi.as_view(), name="task"),
-    path("tasks/<task_id:task_id>/claim", apis.TaskClaimApi.as_view(), name="task-claim"),
-    path("tasks/<task_id:task_id>/renew", apis.TaskRenewApi.as_view(), name="task-renew"),
-    path("tasks/<task_id:task_id>/release", apis.TaskReleaseApi.as_view(), name="task-release"),
-    path("tasks/<task_id:task_id>/commit", apis.TaskCommitApi.as_view(), name="task-commit"),
-    # async views around the claim views: a claim with wait_seconds waits holding no thread (claims/waiting.py)
+    path("tasks/<task_id:task_id>/claim", offloaded(apis.TaskClaimApi.as_view()), name="task-claim"),
+    path("tasks/<task_id:task_id>/renew", offloaded(apis.TaskRenewApi.as_view()), name="task-renew"),
+    path("tasks/<task_id:task_id>/release", offloaded(apis.TaskReleaseApi.as_view()), name="task-release"),
+    path("tasks/<task_id:task_id>/commit", offloaded(apis.TaskCommitApi.as_view()), name="task-commit"),
+    # the worker endpoints are async views (claims/waiting.py): under ASGI they run in the shared executor, and a
+    # claim with wait_seconds waits holding no thread
     path("claims", waiting(apis.ClaimNextApi.as_view()), name="claim-next"),
     path("claims/batch", waiting(apis.ClaimBatchApi.as_view()), name="claim-batch"),
-    path("commits", apis.CommitsApi.as_view(), name="commits"),
+    path("commits", offloaded(apis.CommitsApi.as_view()), name="commits"),
 ]
 namespace_urlpatterns = [
     path("namespaces", apis.NamespaceListCreateApi.as_view(), name="namespaces"),

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import connection
+from django.core.handlers.asgi import ASGIRequest
+from django.db import connection, connections
 from django.http import HttpResponse
 
 from . import clock, selectors
@@ -204,17 +205,60 @@ def _until_expiry(namespace: str) -> float | None:
     return None if expiry is None else max(0.0, (expiry - clock.now()).total_seconds())
 
 
-async def _until_claimable(wait: ClaimWait) -> HttpResponse | None:
+async def _until_claimable(request: Any, wait: ClaimWait) -> HttpResponse | None:
     deadline = time.monotonic() + wait.seconds
     while (left := deadline - time.monotonic()) > 0:
-        expiry = await sync_to_async(_until_expiry)(wait.namespace)
+        expiry = await _run(request, _until_expiry, wait.namespace)
         if expiry is not None:
             left = min(left, max(expiry + 0.01, 0.05))
         await hub.wait(wait.namespace, left)
-        answer = await sync_to_async(_retry)(wait)
+        answer = await _run(request, _retry, wait)
         if answer is not None:
             return answer
     return None
+
+
+def _tidy_connections() -> None:
+    """An executor thread keeps its connection from request to request (the executor is small and bounded, so the
+    pool is never drained by it); one that failed is closed here, and the next request in the thread opens another."""
+    for conn in connections.all(initialized_only=True):
+        if conn.errors_occurred:
+            if conn.is_usable():
+                conn.errors_occurred = False
+            else:
+                conn.close()
+
+
+def _in_executor(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run in the shared executor's threads (the request's own thread never sees it). Under ASGI only:
+    under WSGI (runserver, the test client) the request's thread runs it, on the request's connection."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        _tidy_connections()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _tidy_connections()
+
+    return run
+
+
+async def _run(request: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    if isinstance(request, ASGIRequest):
+        return await sync_to_async(_in_executor(fn), thread_sensitive=False)(*args, **kwargs)
+    return await sync_to_async(fn)(*args, **kwargs)
+
+
+def offloaded(view: Callable[..., Any]) -> Callable[..., Any]:
+    """A worker endpoint's view as an async view: under ASGI it runs in the shared executor (a bounded pool of
+    threads with their own connections) rather than in a thread started for the request — the hot path pays no
+    thread start, and a request never holds a thread it is not using."""
+
+    @functools.wraps(view)
+    async def wrapper(request, *args, **kwargs):
+        return await _run(request, view, request, *args, **kwargs)
+
+    return wrapper
 
 
 def waiting(view: Callable[..., Any]) -> Callable[..., Any]:
@@ -222,10 +266,10 @@ def waiting(view: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(view)
     async def wrapper(request, *args, **kwargs):
-        response = await sync_to_async(view)(request, *args, **kwargs)
+        response = await _run(request, view, request, *args, **kwargs)
         wait = getattr(response, "claim_wait", None)
         if wait is None:
             return response
-        return await _until_claimable(wait) or response
+        return await _until_claimable(request, wait) or response
 
     return wrapper

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.urls import path
 
 from claims.urls import NameConverter, TaskIdConverter  # noqa: F401  (registers the converters)
-from claims.waiting import waiting
+from claims.waiting import offloaded, waiting
 
 from . import legacy_apis, namespace_apis, rollout_apis, worker_apis
 
@@ -22,14 +22,21 @@ legacy_urlpatterns = [
 worker_urlpatterns = [
     path("tasks", worker_apis.TaskListCreateApi.as_view(), name="tasks"),
     path("tasks/<task_id:task_id>", worker_apis.TaskDetailApi.as_view(), name="task"),
-    path("tasks/<task_id:task_id>/claim", worker_apis.TaskClaimApi.as_view(), name="task-claim"),
-    path("tasks/<task_id:task_id>/renew", worker_apis.TaskRenewApi.as_view(), name="task-renew"),
-    path("tasks/<task_id:task_id>/release", worker_apis.TaskReleaseApi.as_view(), name="task-release"),
-    path("tasks/<task_id:task_id>/commit", worker_apis.TaskCommitApi.as_view(), name="task-commit"),
-    # async views around the claim views: a claim with wait_seconds waits holding no thread (claims/waiting.py)
+    path("tasks/<task_id:task_id>/claim", offloaded(worker_apis.TaskClaimApi.as_view()), name="task-claim"),
+    path("tasks/<task_id:task_id>/renew", offloaded(worker_apis.TaskRenewApi.as_view()), name="task-renew"),
+    path(
+        "tasks/<task_id:task_id>/release",
+        offloaded(worker_apis.TaskReleaseApi.as_view()),
+        name="task-release",
+    ),
+    path(
+        "tasks/<task_id:task_id>/commit", offloaded(worker_apis.TaskCommitApi.as_view()), name="task-commit"
+    ),
+    # the worker endpoints are async views (claims/waiting.py): under ASGI they run in the shared executor, and a
+    # claim with wait_seconds waits holding no thread
     path("claims", waiting(worker_apis.ClaimNextApi.as_view()), name="claim-next"),
     path("claims/batch", waiting(worker_apis.ClaimBatchApi.as_view()), name="claim-batch"),
-    path("commits", worker_apis.CommitsApi.as_view(), name="commits"),
+    path("commits", offloaded(worker_apis.CommitsApi.as_view()), name="commits"),
 ]
 
 namespace_urlpatterns = [

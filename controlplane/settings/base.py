@@ -49,15 +49,16 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Django's and WhiteNoise's, thread-free under ASGI (controlplane/middleware.py).
+    "controlplane.middleware.SecurityMiddleware",
+    "controlplane.middleware.StaticFiles",
     # Django's session, CSRF, auth and message middleware, skipped for /api/ (bearer tokens only).
     "controlplane.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
+    "controlplane.middleware.CommonMiddleware",
     "controlplane.middleware.CsrfViewMiddleware",
     "controlplane.middleware.AuthenticationMiddleware",
     "controlplane.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "controlplane.middleware.XFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
