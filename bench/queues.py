@@ -31,6 +31,7 @@ async def _pgq_prepare(dsn: str, jobs: int) -> None:
         for start in range(0, jobs, 10_000):
             n = min(10_000, jobs - start)
             await queries.enqueue(["bench"] * n, [None] * n, [0] * n)
+        await conn.execute("ANALYZE")  # as autovacuum would after a bulk load (the control plane's seed does too)
     finally:
         await conn.close()
 
@@ -118,7 +119,8 @@ def _procrastinate_prepare(dsn: str, jobs: int) -> None:
             app.schema_manager.apply_schema()
         for start in range(0, jobs, 5_000):
             bench.batch_defer(*[{} for _ in range(min(5_000, jobs - start))])
-
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ANALYZE procrastinate_jobs")
 
 def _procrastinate_process(dsn: str, seconds: float, queue: Any) -> None:
     app, _ = _app(dsn)

@@ -99,6 +99,13 @@ if DATABASE_URL:
         # Server-side parameters and prepared statements (psycopg 3): less parsing and planning per statement.
         # Off by default because transaction-mode poolers (older PgBouncer) cannot carry prepared statements.
         _db["OPTIONS"].update({"server_side_binding": True, "prepare_threshold": 2})
+    if (
+        _db["ENGINE"] == "django.db.backends.postgresql"
+        and env_bool("DATABASE_SERVER_SIDE_BINDING", False)
+        and "server_side_binding" not in _db["OPTIONS"]
+    ):
+        # Parameters sent apart from the statement text (the extended protocol), never prepared: no quoting in Python.
+        _db["OPTIONS"].update({"server_side_binding": True, "prepare_threshold": None})
     if _db["ENGINE"] == "django.db.backends.postgresql" and env_bool("DATABASE_POOL", False):
         # psycopg's connection pool per process (Django 5.1+): what the ASGI server needs, whose requests do not
         # keep a thread (and so a thread-local connection) of their own. Persistent connections are then off.
