@@ -151,10 +151,14 @@ def test_a_namespace_at_legacy_raises_stage_not_open(server):
 
 
 def test_the_sdk_installs_and_imports_without_the_server(tmp_path):
+    import shutil
+
+    source = tmp_path / "claim-client"  # a copy: building in place would leave build/ in the checkout
+    shutil.copytree(ROOT / "clients" / "python", source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
-    subprocess.run([*pip, str(ROOT / "clients" / "python")], check=True, timeout=300)
+    subprocess.run([*pip, str(source)], check=True, timeout=300)
     probe = (
         "import sys, claim_client as c; "
         "assert 'django' not in sys.modules and 'claims' not in sys.modules, sorted(sys.modules); "
