@@ -129,16 +129,7 @@ class Actor:
         return self.post("/commits", {"commits": items})
 
     def commit(self, claim: dict, result: Any, **override):
-        body = {
-            "attempt_id": claim["attempt_id"],
-            "scheduler_epoch": claim["scheduler_epoch"],
-            "claim_generation": claim["claim_generation"],
-            "observed_cancel_generation": claim["cancel_generation"],
-            "input_digest": claim["input_digest"],
-            "result_digest": digest(result),
-            **override,
-        }
-        return self.post(f"/tasks/{claim['task_id']}/commit", body)
+        return self.post(f"/tasks/{claim['task_id']}/commit", self.commit_body(claim, result, **override))
 
     def prepare(self, claim: dict, slot: str, payload: Any, **override):
         body = {
