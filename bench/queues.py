@@ -31,7 +31,9 @@ async def _pgq_prepare(dsn: str, jobs: int) -> None:
         for start in range(0, jobs, 10_000):
             n = min(10_000, jobs - start)
             await queries.enqueue(["bench"] * n, [None] * n, [0] * n)
-        await conn.execute("ANALYZE")  # as autovacuum would after a bulk load (the control plane's seed does too)
+        await conn.execute(
+            "ANALYZE"
+        )  # as autovacuum would after a bulk load (the control plane's seed does too)
     finally:
         await conn.close()
 
@@ -121,6 +123,7 @@ def _procrastinate_prepare(dsn: str, jobs: int) -> None:
             bench.batch_defer(*[{} for _ in range(min(5_000, jobs - start))])
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ANALYZE procrastinate_jobs")
+
 
 def _procrastinate_process(dsn: str, seconds: float, queue: Any) -> None:
     app, _ = _app(dsn)

@@ -180,6 +180,23 @@ def _grant(
 ) -> ClaimGrant:
     """The writes of a won claim, inside the caller's transaction, once the task row carries the new claim:
     end the previous attempt (expired or fenced), create the new one, append `claimed` or `reclaimed`."""
+    writes, grant = _grant_writes(
+        task, previous=previous, ns=ns, principal=principal, fences=fences, kept=kept
+    )
+    _sql.together(*writes)
+    return grant
+
+
+def _grant_writes(
+    task: Task,
+    *,
+    previous: dict[str, Any] | None,
+    ns: NamespaceHold,
+    principal: Principal,
+    fences: dict[str, int],
+    kept: dict[str, Any],
+) -> tuple[list[_sql.Statement], ClaimGrant]:
+    """``_grant``'s writes, not yet sent (a batch sends all its grants' writes in one statement)."""
     assert task.attempt_id is not None and task.lease_expires_at is not None  # the claim just written
     writes = []
     if previous is not None:
@@ -225,8 +242,7 @@ def _grant(
             detail=detail,
         )
     )
-    _sql.together(*writes)
-    return ClaimGrant(
+    return writes, ClaimGrant(
         task=task, attempt_id=task.attempt_id, scheduler_epoch=ns.scheduler_epoch, fences=fences
     )
 
@@ -350,6 +366,41 @@ def _claim_next_once(
         ready_left = True  # once the READY pick finds nothing, the rest of a batch only reclaims
         table = Task._meta.db_table
         lease = ns.now + timedelta(seconds=ttl_seconds)
+        if max_tasks > 1 and _sql.is_postgres():
+            # A batch's READY picks in one statement, their attempts and events in one more.
+            picked = _sql.load(
+                Task,
+                statements.claim_oldest_ready_many(extra=held + filters),
+                [
+                    TaskState.CLAIMED,
+                    ns.scheduler_epoch,
+                    owner_id,
+                    _sql.prep(Task, "lease_expires_at", lease),
+                    _sql.prep(Task, "updated_at", ns.now),
+                    ns.id,
+                    TaskState.READY,
+                    *held_params,
+                    *filter_params,
+                    max_tasks,
+                ],
+            )
+            picked.sort(key=lambda t: (t.created_at, t.task_id))
+            writes: list[_sql.Statement] = []
+            for task in picked:
+                check_transition(TaskState.READY, TaskState.CLAIMED, "claim")
+                log.task_id = task.pk
+                try:
+                    fences, kept = take_fences(task, ns=ns)
+                except NotClaimable:
+                    raise _ResourceRace(task.pk) from None
+                more, grant = _grant_writes(
+                    task, previous=None, ns=ns, principal=principal, fences=fences, kept=kept
+                )
+                writes += more
+                grants.append(grant)
+            if writes:
+                _sql.together(*writes)
+            ready_left = len(picked) == max_tasks
         while len(grants) < max_tasks:
             attempt_id = uuid.uuid4()
             claimed = (

@@ -87,6 +87,20 @@ def claim_oldest_ready(*, extra: str) -> str:
     )
 
 
+def claim_oldest_ready_many(*, extra: str) -> str:
+    """A batch's READY picks in one statement (PostgreSQL): up to ``n`` of the namespace's oldest READY tasks nobody
+    else is deciding on (SKIP LOCKED), each given its own attempt id, RETURNING the rows (in no particular order).
+    Params: [CLAIMED, epoch, owner_id, lease_expires_at, updated_at, namespace_id, READY, *extra's, n]."""
+    return (
+        f"UPDATE {TASK} SET state = %s, claim_generation = claim_generation + 1, "
+        "state_version = state_version + 1, scheduler_epoch = %s, attempt_id = gen_random_uuid(), owner_id = %s, "
+        "lease_expires_at = %s, updated_at = %s "
+        f"WHERE task_id IN (SELECT c.task_id FROM {TASK} c WHERE c.namespace_id = %s AND c.state = %s"
+        f"{extra} ORDER BY c.created_at, c.task_id LIMIT %s FOR NO KEY UPDATE SKIP LOCKED) "
+        "RETURNING *"
+    )
+
+
 def make_canonical() -> str:
     """The commit's check 5 and its canonical flip in one statement: this attempt's staged result with this
     digest becomes canonical, or no row comes back (NOT_STAGED). The partial unique index

@@ -193,3 +193,18 @@ def test_a_malformed_commits_envelope_is_a_400_for_the_whole_request(worker_a, r
 
     assert answer.status_code == 400 and answer.json()["outcome"] == "INVALID"
     assert Task.objects.get(pk=ready_task).state == "CLAIMED"
+
+
+def test_a_batch_tops_up_its_ready_picks_with_expired_leases(worker_a, worker_b, operator, db_clock):
+    tasks = [operator.create(node_id=f"n{i}").json()["task_id"] for i in range(3)]
+    worker_b.claim(tasks[0], ttl=5)
+    db_clock.travel(6)  # B's lease ran out
+
+    answer = worker_a.claim_batch(5)
+
+    assert answer.status_code == 200, answer.json()
+    claims = {c["task_id"]: c for c in answer.json()["claims"]}
+    assert sorted(claims) == sorted(tasks)
+    assert claims[tasks[0]]["claim_generation"] == 2  # the reclaim: a new generation
+    assert [Task.objects.get(pk=t).owner_id for t in tasks] == ["worker-a"] * 3
+    assert Attempt.objects.filter(task_id=tasks[0]).count() == 2

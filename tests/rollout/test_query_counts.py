@@ -64,7 +64,7 @@ WORKER_PATH = {
     "commit": 6,  # BEGIN, lock task + namespace, guard, flip staged, task + attempt + event, COMMIT
     "inline commit": 7,  # the same, and the staged row + event inserted once checks 1-4 passed
     "renew": 5,  # BEGIN, lock, guard, lease + event, COMMIT
-    "batch of 10": 24,  # BEGIN, lock namespace, guard, per task: claim, attempt + event; COMMIT
+    "batch of 10": 6,  # BEGIN, lock namespace, guard, the 10 picks in one UPDATE, their attempts + events, COMMIT
     "10 commits": 70,  # each item its own transaction, as the inline commit
 }
 
