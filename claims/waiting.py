@@ -18,9 +18,10 @@ No herd: a notification for ``count`` tasks wakes at most ``count`` waiters of t
 FENCED/CLAIMS_PAUSED or claims). The listener, one PostgreSQL connection per server process, wakes every waiter when
 it (re)connects, so a notification sent while it was away only delays.
 
-Under ASGI (uvicorn, docs/deployment.md) an idle waiter is a suspended coroutine and a future; under WSGI (the
-embedded ``runserver``) the wait holds the request's thread. On SQLite (the embedded default) there is no
-listener: a waiter looks again every ``CLAIM_WAIT_POLL_SECONDS`` (0.5 s).
+Under ASGI (``controlplane.asgi``, which sets ``CONTROLPLANE_SERVER=asgi`` before the URLs are loaded) the views
+are async and an idle waiter is a suspended coroutine and a future. Under WSGI (the embedded ``runserver``, the test
+client, a thread that already runs an event loop) they stay sync views and a wait holds the request's thread on a
+``threading.Event``. On SQLite (the embedded default) there is no listener: a waiter looks again every 0.5 s.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -68,6 +70,10 @@ class ClaimWait:
     retry: Callable[[], dict[str, Any] | None]
 
 
+def serving_asgi() -> bool:
+    return os.environ.get("CONTROLPLANE_SERVER") == "asgi"
+
+
 @dataclass(eq=False)
 class _Waiter:
     loop: asyncio.AbstractEventLoop
@@ -80,6 +86,17 @@ class _Waiter:
         return True
 
 
+@dataclass(eq=False)
+class _ThreadWaiter:
+    event: threading.Event = field(default_factory=threading.Event)
+
+    def wake(self) -> bool:
+        if self.event.is_set():
+            return False
+        self.event.set()
+        return True
+
+
 def _resolve(future: asyncio.Future) -> None:
     if not future.done():
         future.set_result(None)
@@ -89,7 +106,7 @@ class Hub:
     """This process's waiters by namespace, and the one listener thread that wakes them."""
 
     def __init__(self) -> None:
-        self._waiters: dict[str, deque[_Waiter]] = {}
+        self._waiters: dict[str, deque[_Waiter | _ThreadWaiter]] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.listening = threading.Event()
@@ -156,30 +173,48 @@ class Hub:
             self.woken += woken
         return woken
 
+    def _enlist(self, namespace: str, waiter: _Waiter | _ThreadWaiter) -> None:
+        self._ensure_listener(dict(connection.settings_dict))
+        with self._lock:
+            self._waiters.setdefault(namespace, deque()).append(waiter)
+
+    def _discharge(self, namespace: str, waiter: _Waiter | _ThreadWaiter) -> None:
+        with self._lock:
+            queue = self._waiters.get(namespace)
+            if queue is not None:
+                try:
+                    queue.remove(waiter)
+                except ValueError:
+                    pass
+                if not queue:
+                    self._waiters.pop(namespace, None)
+
     async def wait(self, namespace: str, timeout: float) -> None:
-        """Until a notification wakes this waiter, or ``timeout`` seconds."""
+        """Until a notification wakes this waiter, or ``timeout`` seconds (a coroutine: no thread)."""
         if connection.vendor != "postgresql":
             await asyncio.sleep(min(timeout, POLL_SECONDS))
             return
-        self._ensure_listener(dict(connection.settings_dict))
         loop = asyncio.get_running_loop()
         waiter = _Waiter(loop, loop.create_future())
-        with self._lock:
-            self._waiters.setdefault(namespace, deque()).append(waiter)
+        self._enlist(namespace, waiter)
         try:
             await asyncio.wait_for(waiter.future, timeout)
         except TimeoutError:
             pass
         finally:
-            with self._lock:
-                queue = self._waiters.get(namespace)
-                if queue is not None:
-                    try:
-                        queue.remove(waiter)
-                    except ValueError:
-                        pass
-                    if not queue:
-                        self._waiters.pop(namespace, None)
+            self._discharge(namespace, waiter)
+
+    def wait_here(self, namespace: str, timeout: float) -> None:
+        """The same, blocking the calling thread (WSGI)."""
+        if connection.vendor != "postgresql":
+            time.sleep(min(timeout, POLL_SECONDS))
+            return
+        waiter = _ThreadWaiter()
+        self._enlist(namespace, waiter)
+        try:
+            waiter.event.wait(timeout)
+        finally:
+            self._discharge(namespace, waiter)
 
 
 hub = Hub()
@@ -250,9 +285,11 @@ async def _run(request: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) 
 
 
 def offloaded(view: Callable[..., Any]) -> Callable[..., Any]:
-    """A worker endpoint's view as an async view: under ASGI it runs in the shared executor (a bounded pool of
+    """Under ASGI, a worker endpoint's view as an async view that runs it in the shared executor (a bounded pool of
     threads with their own connections) rather than in a thread started for the request — the hot path pays no
-    thread start, and a request never holds a thread it is not using."""
+    thread start, and a request never holds a thread it is not using. Under WSGI, the view itself."""
+    if not serving_asgi():
+        return view
 
     @functools.wraps(view)
     async def wrapper(request, *args, **kwargs):
@@ -261,8 +298,32 @@ def offloaded(view: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _until_claimable_here(wait: ClaimWait) -> HttpResponse | None:
+    deadline = time.monotonic() + wait.seconds
+    while (left := deadline - time.monotonic()) > 0:
+        expiry = _until_expiry(wait.namespace)
+        if expiry is not None:
+            left = min(left, max(expiry + 0.01, 0.05))
+        hub.wait_here(wait.namespace, left)
+        answer = _retry(wait)
+        if answer is not None:
+            return answer
+    return None
+
+
 def waiting(view: Callable[..., Any]) -> Callable[..., Any]:
-    """The async view around a claim view: see the module's docstring."""
+    """The view around a claim view that may wait: see the module's docstring."""
+    if not serving_asgi():
+
+        @functools.wraps(view)
+        def waits_here(request, *args, **kwargs):
+            response = view(request, *args, **kwargs)
+            wait = getattr(response, "claim_wait", None)
+            if wait is None:
+                return response
+            return _until_claimable_here(wait) or response
+
+        return waits_here
 
     @functools.wraps(view)
     async def wrapper(request, *args, **kwargs):

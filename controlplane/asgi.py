@@ -16,6 +16,8 @@ from asgiref.sync import sync_to_async
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+# Read by claims.waiting when the URLs load: the worker endpoints become async views (sync ones under WSGI).
+os.environ["CONTROLPLANE_SERVER"] = "asgi"
 
 application = get_asgi_application()
 
