@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from django.conf import settings
 from django.db import connection
 
 from claims.models import Task
@@ -36,7 +37,10 @@ def asgi_server():
     port = _free_port()
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        # the production profile of the suite's own (the whole control plane, or the core alone)
+        "DJANGO_SETTINGS_MODULE": {"controlplane.settings.test_core": "controlplane.settings.core"}.get(
+            settings.SETTINGS_MODULE, "controlplane.settings"
+        ),
         "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
         "DATABASE_POOL": "true",
         "API_RATE_LIMIT": "",
