@@ -169,20 +169,9 @@ def _previous_claim(task: Task, ns: NamespaceHold) -> dict[str, Any]:
     }
 
 
-def _grant(
-    task: Task,
-    *,
-    previous: dict[str, Any] | None,
-    ns: NamespaceHold,
-    principal: Principal,
-    fences: dict[str, int],
-    kept: dict[str, Any],
-) -> ClaimGrant:
-    """The writes of a won claim, inside the caller's transaction, once the task row carries the new claim:
-    end the previous attempt (expired or fenced), create the new one, append `claimed` or `reclaimed`."""
-    writes, grant = _grant_writes(
-        task, previous=previous, ns=ns, principal=principal, fences=fences, kept=kept
-    )
+def _grant(task: Task, **kwargs: Any) -> ClaimGrant:
+    """``_grant_writes`` sent at once, inside the caller's transaction."""
+    writes, grant = _grant_writes(task, **kwargs)
     _sql.together(*writes)
     return grant
 
@@ -196,7 +185,9 @@ def _grant_writes(
     fences: dict[str, int],
     kept: dict[str, Any],
 ) -> tuple[list[_sql.Statement], ClaimGrant]:
-    """``_grant``'s writes, not yet sent (a batch sends all its grants' writes in one statement)."""
+    """The writes of a won claim, once the task row carries the new claim — end the previous attempt (expired or
+    fenced), create the new one, append `claimed` or `reclaimed` — not yet sent: the caller sends them in one
+    statement (``_grant``), a batch all its grants' at once."""
     assert task.attempt_id is not None and task.lease_expires_at is not None  # the claim just written
     writes = []
     if previous is not None:
