@@ -48,6 +48,9 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--sort", default="tottime", help="pstats order: tottime, cumulative")
     parser.add_argument("--inline", action="store_true", help="commit with the result inline (claim.v1 §9)")
+    parser.add_argument(
+        "--batch", type=int, default=0, help="claim N in one request and commit them in one (claim.v1 §9)"
+    )
     args = parser.parse_args()
     import django
 
@@ -62,7 +65,7 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     namespace = f"bench-prof-{int(time.time())}"
-    seed(namespace, 2 * args.cycles + 20)
+    seed(namespace, (2 * args.cycles + 20) * max(args.batch, 1))
     issued = token_issue(name=f"prof-{namespace}", role="worker", pool="v1")
     client = Client(HTTP_AUTHORIZATION=f"Bearer {issued.token}", HTTP_HOST="127.0.0.1")
     owner = issued.principal.name
@@ -82,7 +85,35 @@ def main() -> None:
         assert response.status_code in (200, 201), (op, response.status_code, response.content)
         return response.json()
 
-    def cycle() -> None:
+    def batch_cycle() -> None:
+        claims = timed(
+            "claims/batch",
+            "/claims/batch",
+            {
+                "owner_id": owner,
+                "scheduler_epoch": 1,
+                "ttl_seconds": 300,
+                "namespace": namespace,
+                "max_tasks": args.batch,
+            },
+        )["claims"]
+        items = [
+            {
+                "task_id": c["task_id"],
+                "attempt_id": c["attempt_id"],
+                "scheduler_epoch": c["scheduler_epoch"],
+                "claim_generation": c["claim_generation"],
+                "observed_cancel_generation": c["cancel_generation"],
+                "input_digest": c["input_digest"],
+                "result": {"task": c["task_id"]},
+                "result_digest": digest({"task": c["task_id"]}),
+            }
+            for c in claims
+        ]
+        answers = timed("commits", "/commits", {"commits": items})["results"]
+        assert all(a["status"] == 200 for a in answers), answers
+
+    def single_cycle() -> None:
         claim = timed(
             "claim-next",
             "/claims",
@@ -115,13 +146,16 @@ def main() -> None:
             body["result"] = result
         timed("commit", f"/tasks/{claim['task_id']}/commit", body)
 
+    cycle = batch_cycle if args.batch else single_cycle
     for _ in range(10):  # warm up: imports, caches, the first connection
         cycle()
     timers.clear()
     walls.clear()
     for _ in range(args.cycles):
         cycle()
-    print(f"{args.cycles} cycles, {'inline commit' if args.inline else 'stage + commit'}, no profiler")
+    print(
+        f"{args.cycles} cycles, {f'batches of {args.batch}' if args.batch else 'inline commit' if args.inline else 'stage + commit'}, no profiler"
+    )
     print("| request | wall ms | in PostgreSQL ms | outside ms | statements |")
     print("|---|---:|---:|---:|---:|")
     for op, wall in walls.items():

@@ -380,18 +380,42 @@ class CommitsApi(APIView):
     def commit(self, principal: Principal, task_id: str, data: dict[str, Any]) -> dict[str, Any]:
         return commit_body(services.task_commit(principal=principal, task_id=task_id, **data))
 
-    def judged(self, principal: Principal, item: Any) -> dict[str, Any]:
-        """One item, judged and written on its own: its status and body as the single commit would answer."""
-        task_id = item.get("task_id") if isinstance(item, dict) else None
-        try:
-            serializer = s.CommitItemIn(data=item)
-            serializer.is_valid(raise_exception=True)
-            data = dict(serializer.validated_data)
-            task_id = data.pop("task_id")
-            return {"task_id": task_id, "status": 200, "body": self.commit(principal, task_id, data)}
-        except (ClaimError, ValidationError) as exc:
-            status, body = refusal(exc)
-            return {"task_id": task_id if isinstance(task_id, str) else "", "status": status, "body": body}
+    def together(
+        self, principal: Principal, items: list[tuple[str, dict[str, Any]]]
+    ) -> dict[int, services.Committed | ClaimError]:
+        """The items decided together, by index; those left out are sent one by one (``commit``)."""
+        return services.task_commit_many(principal=principal, items=items)
+
+    def answers(self, principal: Principal, items: list[Any]) -> list[dict[str, Any]]:
+        """Each item's status and body as its single commit would answer, in the order given."""
+        results: list[dict[str, Any] | None] = [None] * len(items)
+        valid: list[tuple[int, str, dict[str, Any]]] = []
+        serializer = s.CommitItemIn()  # one instance for every item: its fields are built once, not per item
+        for index, item in enumerate(items):
+            try:
+                data = dict(serializer.run_validation(item))
+            except ValidationError as exc:
+                results[index] = self.refused(item.get("task_id") if isinstance(item, dict) else None, exc)
+                continue
+            valid.append((index, data.pop("task_id"), data))
+        decided = self.together(principal, [(task_id, data) for _, task_id, data in valid]) if valid else {}
+        for position, (index, task_id, data) in enumerate(valid):
+            answer: Any = decided.get(position)
+            if answer is None:
+                try:
+                    answer = self.commit(principal, task_id, data)
+                except (ClaimError, ValidationError) as exc:
+                    answer = exc
+            if isinstance(answer, (ClaimError, ValidationError)):
+                results[index] = self.refused(task_id, answer)
+            else:
+                body = commit_body(answer) if isinstance(answer, services.Committed) else answer
+                results[index] = {"task_id": task_id, "status": 200, "body": body}
+        return [result for result in results if result is not None]
+
+    def refused(self, task_id: Any, exc: Exception) -> dict[str, Any]:
+        status, body = refusal(exc)
+        return {"task_id": task_id if isinstance(task_id, str) else "", "status": status, "body": body}
 
     @extend_schema(
         operation_id="commits",
@@ -399,14 +423,14 @@ class CommitsApi(APIView):
         responses={200: s.CommitsOut, **error_responses(400, 401, 403)},
         description="claim-v1.md §9: 1 to 100 commits (each a commit body with its `task_id`, inline `result` "
         "allowed), answered in the order given with the status and body that single commit would have answered "
-        "(200, 400, 403, 404 or 409). Each item is judged and written on its own, in its own transaction: a "
-        "refused item changes nothing and undoes none of the others. A malformed envelope is a 400 for the whole "
-        "request.",
+        "(200, 400, 403, 404 or 409). Each item is judged on its own and a refused item changes nothing and undoes "
+        "none of the others. The common items (no resources, no successors, each task named once) are decided in "
+        "one transaction with every task row locked at once in task_id order; the others each in their own. A "
+        "malformed envelope is a 400 for the whole request.",
     )
     def post(self, request: AuthedRequest) -> Response:
         items = parsed(s.CommitsIn, request)["commits"]
-        results = [self.judged(request.user, item) for item in items]
-        return Response(s.CommitsOut({"results": results}).data)
+        return Response(s.CommitsOut({"results": self.answers(request.user, items)}).data)
 
 
 # --- namespaces ---------------------------------------------------------------------------------------

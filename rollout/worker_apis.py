@@ -189,7 +189,11 @@ class ClaimBatchApi(core_apis.ClaimBatchApi):
 
 
 class CommitsApi(core_apis.CommitsApi):
-    """Each item routed as the single commit is (``TaskCommitApi``)."""
+    """Where claim.v1 decides alone (V1_ONLY) the core decides the common items together; every other item, and
+    every item in the other stages, is routed as the single commit is (``TaskCommitApi``)."""
+
+    def together(self, principal: Any, items: list[tuple[str, dict[str, Any]]]) -> dict[int, Any]:
+        return routing.route_commits(principal=principal, items=items)
 
     def commit(self, principal: Any, task_id: str, data: dict[str, Any]) -> dict[str, Any]:
         return TaskCommitApi().answer(principal, task_id, data)

@@ -22,7 +22,7 @@ from .namespaces import (
 )
 from .principals import IssuedToken, hash_token, token_issue, token_revoke
 from .resources import ResourceView, resource_check, resource_create, resource_delete, resource_get
-from .results import Committed, Staged, result_stage, task_commit
+from .results import Committed, Staged, result_stage, task_commit, task_commit_many
 from .tasks import TaskCreated, task_cancel, task_create, task_requeue, task_revise_input
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "task_claim_batch",
     "task_claim_next",
     "task_commit",
+    "task_commit_many",
     "task_create",
     "task_release",
     "task_renew",

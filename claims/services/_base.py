@@ -101,15 +101,34 @@ def hold_task(task_id: str) -> tuple[NamespaceHold, Task]:
     if not rows:
         raise NotFound("no such task")
     task = rows[0]
-    ns = NamespaceHold(
+    return _held(task, clock.from_db(task.db_now)), task
+
+
+def hold_tasks(task_ids: list[str]) -> dict[str, tuple[NamespaceHold, Task]]:
+    """``hold_task`` for several tasks in one statement: the task rows FOR NO KEY UPDATE in task_id order (the
+    lock order's tie-break among tasks, so two batches naming the same tasks queue, never deadlock), each with its
+    namespace FOR SHARE, then one clock for all, the latest read — after every one of the locks is held. Unknown
+    tasks are absent from the answer."""
+    if not task_ids:
+        return {}
+    rows = _sql.load(Task, statements.hold_tasks_and_namespaces(len(task_ids)), list(task_ids))
+    if not rows:
+        return {}
+    stamps = [row.db_now for row in rows if row.db_now is not None]
+    now = clock.from_db(max(stamps) if stamps else None)
+    return {task.pk: (_held(task, now), task) for task in rows}
+
+
+def _held(task: Any, now: datetime) -> NamespaceHold:
+    """The namespace as the holding statement read it with the task (its ``ns_*`` columns)."""
+    return NamespaceHold(
         id=task.namespace_id,
         name=task.ns_name,
         scheduler_epoch=task.ns_epoch,
         claims_paused=bool(task.ns_paused),
         pause_hold=task.ns_hold,
-        now=clock.from_db(task.db_now),
+        now=now,
     )
-    return ns, task
 
 
 def task_current(task: Task, ns: NamespaceHold) -> dict[str, Any]:
@@ -277,18 +296,31 @@ class RejectionLog:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if isinstance(exc, Conflict) and self.namespace_id is not None and not _synthetic.get():
+        if isinstance(exc, Conflict) and self.records(exc):
             with transaction.atomic(durable=True):
-                append_event(
-                    EventKind.FENCED,
-                    namespace_id=self.namespace_id,
-                    task_id=self.task_id,
-                    at=clock.now(),
-                    principal=self.principal,
-                    attempt_id=self.attempt_id,
-                    claim_generation=self.claim_generation,
-                    scheduler_epoch=self.scheduler_epoch,
-                    owner_id=self.owner_id,
-                    point=self.point,
-                    detail={"outcome": exc.outcome, "reason": exc.reason},
-                )
+                _sql.together(self.statement(exc, at=clock.now()))
+
+    def records(self, exc: BaseException | None) -> bool:
+        """Whether ``exc`` is logged: a protocol rejection, with its namespace known, that is not a synthetic probe."""
+        return isinstance(exc, Conflict) and self.namespace_id is not None and not _synthetic.get()
+
+    def statement(self, exc: Conflict, *, at: datetime) -> _sql.Statement:
+        return _sql.insert_statement(TaskEvent, **self.event(exc, at=at))
+
+    def event(self, exc: Conflict, *, at: datetime) -> dict[str, Any]:
+        """The `fenced` event recording ``exc``. A caller that decides several requests in one transaction
+        (``task_commit_many``) writes these itself, with its own writes, where ``records`` says so."""
+        assert self.namespace_id is not None
+        return event_values(
+            EventKind.FENCED,
+            namespace_id=self.namespace_id,
+            task_id=self.task_id,
+            at=at,
+            principal=self.principal,
+            attempt_id=self.attempt_id,
+            claim_generation=self.claim_generation,
+            scheduler_epoch=self.scheduler_epoch,
+            owner_id=self.owner_id,
+            point=self.point,
+            detail={"outcome": exc.outcome, "reason": exc.reason},
+        )

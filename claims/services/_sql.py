@@ -77,6 +77,53 @@ def insert_statement(model: type[models.Model], *, if_absent: bool = False, **va
     return sql, [prep(model, name, value, db) for name, value in values.items()]
 
 
+def insert_many_statement(model: type[models.Model], rows: list[dict[str, Any]]) -> Statement:
+    """One INSERT of several rows (each by attname, all with the same columns), in the order given — on both
+    databases an auto-increment key follows that order."""
+    db = _db()
+    attnames = tuple(rows[0])
+    one = _insert_sql(model, attnames, db.vendor, False)
+    more = f", ({', '.join(['%s'] * len(attnames))})" * (len(rows) - 1)
+    return one + more, [prep(model, name, row[name], db) for row in rows for name in attnames]
+
+
+@cache
+def _upsert_sql(
+    model: type[models.Model],
+    attnames: tuple[str, ...],
+    count: int,
+    conflict: tuple[str, ...],
+    update: tuple[str, ...],
+    vendor: str,
+) -> str:
+    columns = ", ".join(_column(model, name, vendor) for name in attnames)
+    row = f"({', '.join(['%s'] * len(attnames))})"
+    target = ", ".join(_column(model, name, vendor) for name in conflict)
+    assignments = ", ".join(
+        f"{_column(model, name, vendor)} = EXCLUDED.{_column(model, name, vendor)}" for name in update
+    )
+    return (
+        f"INSERT INTO {model._meta.db_table} ({columns}) VALUES {', '.join([row] * count)} "
+        f"ON CONFLICT ({target}) DO UPDATE SET {assignments} RETURNING *"
+    )
+
+
+def upsert(
+    model: type[models.Model],
+    rows: list[dict[str, Any]],
+    *,
+    conflict: tuple[str, ...],
+    update: tuple[str, ...],
+) -> list[Any]:
+    """Insert ``rows`` (each by attname, all with the same columns), except that a row that would break the unique
+    constraint on ``conflict`` sets the existing row's ``update`` columns to its own instead; returns every row as
+    it now stands, in no particular order. One statement on both databases."""
+    db = _db()
+    attnames = tuple(rows[0])
+    sql = _upsert_sql(model, attnames, len(rows), conflict, update, db.vendor)
+    return load(model, sql, [prep(model, name, row[name], db) for row in rows for name in attnames])
+
+
 def insert(model: type[models.Model], *, if_absent: bool = False, **values: Any) -> int:
     """Run one INSERT; returns the rows inserted (0 when ``if_absent`` skipped it)."""
     sql, params = insert_statement(model, if_absent=if_absent, **values)

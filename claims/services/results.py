@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +11,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef
 
 from .. import clock, interleave
-from ..errors import Fenced, Forbidden, Invalid, NotFound, NotStaged, StaleInput
+from ..errors import ClaimError, Conflict, Fenced, Forbidden, Invalid, NotFound, NotStaged, StaleInput
 from ..models import (
     AcceptancePoint,
     Attempt,
@@ -29,11 +30,13 @@ from ..states import check_transition
 from . import _sql, statements, wakeups
 from ._base import (
     NamespaceHold,
-    event_statement,
+    RejectionLog,
     event_values,
+    hold_tasks,
     new_event,
+    run_guard,
 )
-from .authority import acceptance_point
+from .authority import Acceptance, acceptance_point
 from .resources import bump_revisions, check_commit_resources, lock_commit_resources
 
 
@@ -79,20 +82,26 @@ def _stage_row(
     inserted = _sql.insert_if_absent_then(
         _sql.insert_statement(StagedResult, if_absent=True, **fields),
         TaskEvent,
-        **event_values(
-            EventKind.RESULT_STAGED,
-            namespace_id=attempt.namespace_id,
-            task_id=task_id,
-            at=now,
-            principal=principal,
-            attempt_id=attempt.attempt_id,
-            claim_generation=claim_generation,
-            scheduler_epoch=attempt.scheduler_epoch,
-            owner_id=attempt.owner_id,
-            detail={"staged_result_id": str(staged.pk), "result_digest": result_digest},
-        ),
+        **_staged_event(principal, attempt, staged, claim_generation),
     )
     return staged, inserted
+
+
+def _staged_event(
+    principal: Principal, attempt: Attempt, staged: StagedResult, claim_generation: int
+) -> dict[str, Any]:
+    return event_values(
+        EventKind.RESULT_STAGED,
+        namespace_id=attempt.namespace_id,
+        task_id=staged.task_id,
+        at=staged.staged_at,
+        principal=principal,
+        attempt_id=attempt.attempt_id,
+        claim_generation=claim_generation,
+        scheduler_epoch=attempt.scheduler_epoch,
+        owner_id=attempt.owner_id,
+        detail={"staged_result_id": str(staged.pk), "result_digest": staged.result_digest},
+    )
 
 
 def result_stage(
@@ -180,21 +189,9 @@ def task_commit(
         task = at.task
         _check_resources_named(task, resources)
         at.resolve_attempt()
-        if (
-            task.state == TaskState.COMMITTED
-            and task.attempt_id == attempt_id
-            and task.result_digest == result_digest
-        ):
-            stored = StagedResult.objects.get(task_id=task_id, canonical=True)
-            assert (
-                stored.commit_id is not None
-            )  # a canonical row carries its commit (staged_canonical_complete)
-            return Committed(
-                result_commit_id=stored.commit_id,
-                unblocked=list(stored.unblocked or []),
-                repeat=True,
-                staged_result_id=stored.pk if result is not _NO_RESULT else None,
-            )
+        repeat = _repeat(task, attempt_id, result_digest, inline=result is not _NO_RESULT)
+        if repeat is not None:
+            return repeat
         keys: dict[str, ResourceKey] = {}
         live: dict[str, Resource] = {}
         if task.resources:
@@ -203,114 +200,280 @@ def task_commit(
             # incarnations — and the lease is judged on the clock read after them, not before a wait on them.
             keys, live, db_now = lock_commit_resources(task.resources)
             at.after(db_now)
-        at.require_not_cancelled(observed_cancel_generation)
-        at.require_current_attempt(check_owner=False)
-        at.require_live_lease(detail="the lease ran out before the commit")
-        ns, current = at.ns, at.current
-        if input_digest != task.input_digest:
-            raise StaleInput("the input was revised: re-read it and compute again", current=current)
+        _judge(at, observed_cancel_generation=observed_cancel_generation, input_digest=input_digest)
         incarnations = check_commit_resources(
-            attempt_id=attempt_id, named=resources or [], locked=(keys, live), current=current
+            attempt_id=attempt_id, named=resources or [], locked=(keys, live), current=at.current
         )
-        if result is not _NO_RESULT:
-            attempt = Attempt(
-                attempt_id=attempt_id,
-                namespace_id=ns.id,
-                scheduler_epoch=at.granted_epoch if at.granted_epoch is not None else ns.scheduler_epoch,
-                owner_id=task.owner_id or "",
-            )
-            _stage_row(
-                principal=principal,
-                attempt=attempt,
-                task_id=task_id,
-                claim_generation=claim_generation,
-                result=result,
-                result_digest=result_digest,
-                now=ns.now,
-            )
-        # Check 5 and the canonical flip in one statement: the staged row becomes canonical, or there is none.
-        # The partial unique index one_canonical_commit_per_task is what makes a second canonical row impossible.
-        commit_id = uuid.uuid4()
-        flipped = list(
-            _sql.load(
-                StagedResult,
-                statements.make_canonical(),
-                [
-                    True,
-                    _sql.prep(StagedResult, "commit_id", commit_id),
-                    _sql.prep(StagedResult, "committed_at", ns.now),
-                    _sql.prep(StagedResult, "unblocked", []),
-                    _sql.prep(StagedResult, "attempt_id", attempt_id),
-                    result_digest,
-                ],
-            )
-        )
-        if not flipped:
-            raise NotStaged("this attempt staged no result with this digest", current=current)
-        check_transition(task.state, TaskState.COMMITTED, "commit")
+        (flipped,), events = _flip_all([(at, result, result_digest)])
+        if flipped is None:
+            raise NotStaged("this attempt staged no result with this digest", current=at.current)
         interleave.reach("task_commit.checked")
-
-        task.state = TaskState.COMMITTED
-        task.state_version += 1
-        task.result_commit_id = commit_id
-        task.result_digest = result_digest
-        task.result = flipped[0].result
-        task.lease_expires_at = None
-        task.updated_at = ns.now
-        writes = [
-            _sql.update_statement(
-                Task,
-                {"task_id": task_id},
-                state=task.state,
-                state_version=task.state_version,
-                result_commit_id=commit_id,
-                result_digest=result_digest,
-                result=task.result,
-                lease_expires_at=None,
-                updated_at=ns.now,
-            ),
-            _sql.update_statement(
-                Attempt, {"attempt_id": attempt_id}, ended_at=ns.now, end_reason=AttemptEnd.COMMITTED
-            ),
-        ]
+        writes = _commit_writes(at, flipped)
         unblocked: list[str] = []
         if task.has_successors:
             # The successor check must see this task COMMITTED: write it first.
             _sql.together(*writes)
             writes = []
-            unblocked = _unblock_successors(task, ns=ns, principal=principal)
+            unblocked = _unblock_successors(task, ns=at.ns, principal=principal)
             if unblocked:  # part of the stored answer a repeat of this commit returns
                 writes.append(
-                    _sql.update_statement(
-                        StagedResult, {"staged_result_id": flipped[0].pk}, unblocked=unblocked
-                    )
+                    _sql.update_statement(StagedResult, {"staged_result_id": flipped.pk}, unblocked=unblocked)
                 )
-        writes.append(
-            event_statement(
-                EventKind.RESULT_COMMITTED,
-                namespace_id=ns.id,
-                task_id=task_id,
-                at=ns.now,
-                principal=principal,
-                attempt_id=attempt_id,
-                claim_generation=claim_generation,
-                scheduler_epoch=ns.scheduler_epoch,
-                owner_id=task.owner_id,
-                point=AcceptancePoint.COMMIT,
-                detail={
-                    "result_commit_id": str(commit_id),
-                    "result_digest": result_digest,
-                    "unblocked": unblocked,
-                },
-            )
-        )
-        _sql.together(*writes)
+        events.append(_committed_event(at, flipped, unblocked))
+        _sql.together(*writes, _sql.insert_many_statement(TaskEvent, events))
         bump_revisions(incarnations)  # each resource named gets revision + 1, in the commit's transaction
+    return _committed(flipped, unblocked, inline=result is not _NO_RESULT)
+
+
+def task_commit_many(
+    *, principal: Principal, items: list[tuple[str, dict[str, Any]]]
+) -> dict[int, Committed | ClaimError]:
+    """claim-v1.md §9's commits, the common ones decided together: one transaction, every task row locked in one
+    statement (task_id order) with its namespace, one clock read after all of those locks, then each item judged
+    by ``task_commit``'s checks, in ``task_commit``'s order, on the rows as locked — and the accepted items'
+    writes and the refused items' `fenced` events sent together. A refused item writes nothing of its own (every
+    check comes before its first write), so it undoes none of the others.
+
+    Answers by the item's index. Left out, for the caller to send one by one through ``task_commit``: a task with
+    resources (their locks come after the task's, per task) or with successors (released after the task is
+    written), a task named more than once (each sees the one before), and the repeat of a commit that succeeded.
+    """
+    counts = Counter(task_id for task_id, _ in items)
+    answers: dict[int, Committed | ClaimError] = {}
+    with transaction.atomic(durable=True):
+        held = hold_tasks(sorted(counts))
+        for ns in {ns.id: ns for ns, _ in held.values()}.values():
+            run_guard(AcceptancePoint.COMMIT, ns)
+        judged: list[tuple[int, Acceptance, dict[str, Any]]] = []
+        for index, (task_id, data) in enumerate(items):
+            if task_id not in held:
+                answers[index] = NotFound("no such task")
+                continue
+            ns, task = held[task_id]
+            if counts[task_id] > 1 or task.resources or task.has_successors:
+                continue
+            at = Acceptance(
+                principal=principal,
+                ns=ns,
+                task=task,
+                attempt_id=data["attempt_id"],
+                claim_generation=data["claim_generation"],
+                scheduler_epoch=data["scheduler_epoch"],
+                owner_id=principal.owner_id,
+            )
+            try:
+                _check_resources_named(task, data.get("resources"))
+                at.resolve_attempt()
+                if _repeat(task, data["attempt_id"], data["result_digest"], inline="result" in data):
+                    continue
+                _judge(
+                    at,
+                    observed_cancel_generation=data["observed_cancel_generation"],
+                    input_digest=data["input_digest"],
+                )
+            except ClaimError as exc:
+                answers[index] = exc
+                continue
+            judged.append((index, at, data))
+        interleave.reach("task_commit_many.judged")
+        flips, events = _flip_all(
+            [(at, data.get("result", _NO_RESULT), data["result_digest"]) for _, at, data in judged]
+        )
+        writes: list[_sql.Statement] = []
+        for (index, at, data), flipped in zip(judged, flips, strict=True):
+            if flipped is None:
+                answers[index] = NotStaged(
+                    "this attempt staged no result with this digest", current=at.current
+                )
+                continue
+            writes += _commit_writes(at, flipped)
+            events.append(_committed_event(at, flipped, []))
+            answers[index] = _committed(flipped, [], inline="result" in data)
+        for index, (task_id, data) in enumerate(items):
+            answer = answers.get(index)
+            if isinstance(answer, Conflict) and task_id in held:
+                ns = held[task_id][0]
+                log = _commit_log(principal, task_id, data, ns)
+                if log.records(answer):
+                    events.append(log.event(answer, at=ns.now))
+        if events:
+            _sql.together(*writes, _sql.insert_many_statement(TaskEvent, events))
+    return answers
+
+
+def _commit_log(principal: Principal, task_id: str, data: dict[str, Any], ns: NamespaceHold) -> RejectionLog:
+    log = RejectionLog(
+        AcceptancePoint.COMMIT,
+        principal=principal,
+        task_id=task_id,
+        attempt_id=data["attempt_id"],
+        claim_generation=data["claim_generation"],
+        scheduler_epoch=data["scheduler_epoch"],
+        owner_id=principal.owner_id,
+    )
+    log.namespace_id = ns.id
+    return log
+
+
+def _repeat(task: Task, attempt_id: uuid.UUID, result_digest: str, *, inline: bool) -> Committed | None:
+    """Check 0: the stored answer when this attempt already committed this digest."""
+    if not (
+        task.state == TaskState.COMMITTED
+        and task.attempt_id == attempt_id
+        and task.result_digest == result_digest
+    ):
+        return None
+    stored = StagedResult.objects.get(task_id=task.pk, canonical=True)
+    assert stored.commit_id is not None  # a canonical row carries its commit (staged_canonical_complete)
     return Committed(
-        result_commit_id=commit_id,
+        result_commit_id=stored.commit_id,
+        unblocked=list(stored.unblocked or []),
+        repeat=True,
+        staged_result_id=stored.pk if inline else None,
+    )
+
+
+def _judge(at: Acceptance, *, observed_cancel_generation: int, input_digest: str) -> None:
+    """Checks 1–3, on the task as locked and the clock read after every lock."""
+    at.require_not_cancelled(observed_cancel_generation)
+    at.require_current_attempt(check_owner=False)
+    at.require_live_lease(detail="the lease ran out before the commit")
+    if input_digest != at.task.input_digest:
+        raise StaleInput("the input was revised: re-read it and compute again", current=at.current)
+
+
+def _flip_all(
+    commits: list[tuple[Acceptance, Any, str]],
+) -> tuple[list[StagedResult | None], list[dict[str, Any]]]:
+    """Check 5 and the canonical flip, for commits (each its acceptance, its inline result or ``_NO_RESULT``, and
+    its result_digest) whose checks 0–4 passed: each one's staged row, now canonical, or None (NOT_STAGED).
+
+    Inline results (claim-v1.md §9) are staged here, canonical as they are written, all in one upsert: a row the
+    attempt staged earlier with the same digest is the one flipped, never a second row. Their `result_staged`
+    events, for the rows actually inserted, come back to be written with the commit's own writes. A result staged
+    earlier is flipped by one statement, which finds it or not. The partial unique index
+    one_canonical_commit_per_task is what makes a second canonical row for a task impossible."""
+    flipped: list[StagedResult | None] = [None] * len(commits)
+    events: list[dict[str, Any]] = []
+    fresh: dict[Any, tuple[StagedResult, Acceptance]] = {}
+    for at, result, result_digest in commits:
+        if result is not _NO_RESULT:
+            fresh[at.attempt_id] = (
+                StagedResult(
+                    staged_result_id=uuid.uuid4(),
+                    task_id=at.task.pk,
+                    attempt_id=at.attempt_id,
+                    result=result,
+                    result_digest=result_digest,
+                    staged_at=at.ns.now,
+                    canonical=True,
+                    commit_id=uuid.uuid4(),
+                    committed_at=at.ns.now,
+                    unblocked=[],
+                ),
+                at,
+            )
+    written: dict[Any, StagedResult] = {}
+    if fresh:
+        rows = [
+            {f.attname: getattr(staged, f.attname) for f in StagedResult._meta.concrete_fields}
+            for staged, _ in fresh.values()
+        ]
+        update = ("canonical", "commit_id", "committed_at", "unblocked")
+        written = {
+            row.attempt_id: row
+            for row in _sql.upsert(
+                StagedResult, rows, conflict=("attempt_id", "result_digest"), update=update
+            )
+        }
+    for position, (at, result, result_digest) in enumerate(commits):
+        if result is not _NO_RESULT:
+            row = written[at.attempt_id]
+            staged, _ = fresh[at.attempt_id]
+            if row.pk == staged.pk:  # inserted, not an earlier row flipped
+                attempt = Attempt(
+                    attempt_id=at.attempt_id,
+                    namespace_id=at.ns.id,
+                    scheduler_epoch=at.granted_epoch
+                    if at.granted_epoch is not None
+                    else at.ns.scheduler_epoch,
+                    owner_id=at.task.owner_id or "",
+                )
+                events.append(_staged_event(at.principal, attempt, staged, at.claim_generation or 0))
+            flipped[position] = row
+            continue
+        found = _sql.load(
+            StagedResult,
+            statements.make_canonical(),
+            [
+                True,
+                _sql.prep(StagedResult, "commit_id", uuid.uuid4()),
+                _sql.prep(StagedResult, "committed_at", at.ns.now),
+                _sql.prep(StagedResult, "unblocked", []),
+                _sql.prep(StagedResult, "attempt_id", at.attempt_id),
+                result_digest,
+            ],
+        )
+        flipped[position] = found[0] if found else None
+    return flipped, events
+
+
+def _commit_writes(at: Acceptance, flipped: StagedResult) -> list[_sql.Statement]:
+    """The task COMMITTED with the canonical result, and its attempt ended."""
+    task, ns = at.task, at.ns
+    check_transition(task.state, TaskState.COMMITTED, "commit")
+    task.state = TaskState.COMMITTED
+    task.state_version += 1
+    task.result_commit_id = flipped.commit_id
+    task.result_digest = flipped.result_digest
+    task.result = flipped.result
+    task.lease_expires_at = None
+    task.updated_at = ns.now
+    return [
+        _sql.update_statement(
+            Task,
+            {"task_id": task.pk},
+            state=task.state,
+            state_version=task.state_version,
+            result_commit_id=task.result_commit_id,
+            result_digest=task.result_digest,
+            result=task.result,
+            lease_expires_at=None,
+            updated_at=ns.now,
+        ),
+        _sql.update_statement(
+            Attempt, {"attempt_id": at.attempt_id}, ended_at=ns.now, end_reason=AttemptEnd.COMMITTED
+        ),
+    ]
+
+
+def _committed_event(at: Acceptance, flipped: StagedResult, unblocked: list[str]) -> dict[str, Any]:
+    return event_values(
+        EventKind.RESULT_COMMITTED,
+        namespace_id=at.ns.id,
+        task_id=at.task.pk,
+        at=at.ns.now,
+        principal=at.principal,
+        attempt_id=at.attempt_id,
+        claim_generation=at.claim_generation,
+        scheduler_epoch=at.ns.scheduler_epoch,
+        owner_id=at.task.owner_id,
+        point=AcceptancePoint.COMMIT,
+        detail={
+            "result_commit_id": str(flipped.commit_id),
+            "result_digest": flipped.result_digest,
+            "unblocked": unblocked,
+        },
+    )
+
+
+def _committed(flipped: StagedResult, unblocked: list[str], *, inline: bool) -> Committed:
+    assert flipped.commit_id is not None
+    return Committed(
+        result_commit_id=flipped.commit_id,
         unblocked=unblocked,
         repeat=False,
-        staged_result_id=flipped[0].pk if result is not _NO_RESULT else None,
+        staged_result_id=flipped.pk if inline else None,
     )
 
 

@@ -57,6 +57,18 @@ def hold_task_and_namespace() -> str:
     )
 
 
+def hold_tasks_and_namespaces(count: int) -> str:
+    """``count`` task rows FOR NO KEY UPDATE in task_id order, each with its namespace FOR SHARE, one statement;
+    each row carries the clock read after its lock (the caller takes the latest). Params: [*task_ids]."""
+    return after_locks(
+        f"SELECT t.*, n.name AS ns_name, n.scheduler_epoch AS ns_epoch, n.claims_paused AS ns_paused, "
+        f"n.pause_hold AS ns_hold "
+        f"FROM {TASK} t JOIN {NAMESPACE} n ON n.id = t.namespace_id "
+        f"WHERE t.task_id IN ({', '.join(['%s'] * count)}) ORDER BY t.task_id"
+        + (" FOR NO KEY UPDATE OF t FOR SHARE OF n" if _sql.is_postgres() else "")
+    )
+
+
 def not_held(outer: str) -> str:
     """A condition: no resource of task ``outer`` is held by a live attempt of another task (§4: such tasks are
     passed over). Live = the newest token's taker is still its task's current claim, unexpired, in its current

@@ -284,6 +284,14 @@ def route(operation: str, *, principal: Principal, task_id: str, data: dict[str,
     return fast if fast is not None else _route(operation, principal=principal, task_id=task_id, data=data)
 
 
+def route_commits(*, principal: Principal, items: list[tuple[str, dict[str, Any]]]) -> dict[int, Any]:
+    """claim-v1.md §9's commits decided together by the core (``task_commit_many``) when, under the locks it
+    takes, claim.v1 decides alone for every namespace named; otherwise nothing is decided here and the caller
+    routes each item as a single commit."""
+    fast = _fast(lambda: core.task_commit_many(principal=principal, items=items), principal, "")
+    return fast.value if fast is not None else {}
+
+
 def _route(
     operation: str, *, principal: Principal, task_id: str, data: dict[str, Any], reroutes: int = 3
 ) -> Routed:

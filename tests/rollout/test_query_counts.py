@@ -62,10 +62,10 @@ WORKER_PATH = {
     "claim-next": 6,  # BEGIN, lock namespace, guard, claim the oldest READY, attempt + event, COMMIT
     "stage": 4,  # BEGIN, attempt + clock, staged row + event, COMMIT (staging is not routed)
     "commit": 6,  # BEGIN, lock task + namespace, guard, flip staged, task + attempt + event, COMMIT
-    "inline commit": 7,  # the same, and the staged row + event inserted once checks 1-4 passed
+    "inline commit": 6,  # BEGIN, lock, guard, the row staged canonical (one upsert), task + attempt + events, COMMIT
     "renew": 5,  # BEGIN, lock, guard, lease + event, COMMIT
     "batch of 10": 6,  # BEGIN, lock namespace, guard, the 10 picks in one UPDATE, their attempts + events, COMMIT
-    "10 commits": 70,  # each item its own transaction, as the inline commit
+    "10 commits": 6,  # the inline commit's statements, each once for all 10 (task_commit_many)
 }
 
 
