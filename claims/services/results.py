@@ -264,7 +264,7 @@ def task_commit_many(
             try:
                 _check_resources_named(task, data.get("resources"))
                 at.resolve_attempt()
-                if _repeat(task, data["attempt_id"], data["result_digest"], inline="result" in data):
+                if _repeats(task, data["attempt_id"], data["result_digest"]):
                     continue
                 _judge(
                     at,
@@ -315,13 +315,18 @@ def _commit_log(principal: Principal, task_id: str, data: dict[str, Any], ns: Na
     return log
 
 
-def _repeat(task: Task, attempt_id: uuid.UUID, result_digest: str, *, inline: bool) -> Committed | None:
-    """Check 0: the stored answer when this attempt already committed this digest."""
-    if not (
+def _repeats(task: Task, attempt_id: uuid.UUID, result_digest: str) -> bool:
+    """Check 0: this attempt already committed this digest."""
+    return (
         task.state == TaskState.COMMITTED
         and task.attempt_id == attempt_id
         and task.result_digest == result_digest
-    ):
+    )
+
+
+def _repeat(task: Task, attempt_id: uuid.UUID, result_digest: str, *, inline: bool) -> Committed | None:
+    """Check 0's answer: the stored one, when this attempt already committed this digest."""
+    if not _repeats(task, attempt_id, result_digest):
         return None
     stored = StagedResult.objects.get(task_id=task.pk, canonical=True)
     assert stored.commit_id is not None  # a canonical row carries its commit (staged_canonical_complete)
