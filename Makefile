@@ -39,6 +39,7 @@ serve: migrate
 test: lint
 	-@scripts/install-browser.sh
 	-@scripts/install-node.sh
+	-@scripts/install-topology.sh
 	$(BIN)/pytest
 	$(BIN)/pytest tests/claims --ds=controlplane.settings.test_core -p no:cacheprovider
 

@@ -1,13 +1,20 @@
 """Named PostgreSQL advisory locks: how a periodic job that must run alone makes sure it does, without asking the
-broker what else runs. Session-level and released in ``finally`` (a crashed holder's session ends, and with it
-the lock), so the job's own services keep their own transactions."""
+broker what else runs.
+
+The lock is transaction-scoped (``pg_try_advisory_xact_lock``) and held by a transaction on a connection of its
+own, opened for the job and kept open while the job runs; the job's services use the ordinary connection and their
+own transactions. Behind PgBouncer in transaction mode this is what stays sound: an open transaction keeps its
+one server connection, so the lock lives exactly as long as the holding transaction — a session-level lock would
+be taken on whichever server connection one statement happened to get and released (or not) on another. When the
+holder ends the transaction, or dies and its client connection drops, PostgreSQL (or PgBouncer, closing the server
+side) ends the transaction and the lock with it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 
 @contextmanager
@@ -17,13 +24,15 @@ def singleton(name: str) -> Iterator[bool]:
     if connection.vendor != "postgresql":
         yield True
         return
-    key = f"claims:{name}"
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [key])
-        (got,) = cursor.fetchone()
+    holder = connections.create_connection(DEFAULT_DB_ALIAS)
     try:
+        holder.set_autocommit(False)
+        with holder.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))", [f"claims:{name}"])
+            (got,) = cursor.fetchone()
         yield bool(got)
     finally:
-        if got:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
+        try:
+            holder.rollback()  # ends the holding transaction: the lock goes with it
+        finally:
+            holder.close()

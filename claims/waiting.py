@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.db import connection, connections
 from django.http import HttpResponse
@@ -174,7 +175,7 @@ class Hub:
         return woken
 
     def _enlist(self, namespace: str, waiter: _Waiter | _ThreadWaiter) -> None:
-        self._ensure_listener(dict(connection.settings_dict))
+        self._ensure_listener(dict(settings.DATABASE_LISTEN or connection.settings_dict))
         with self._lock:
             self._waiters.setdefault(namespace, deque()).append(waiter)
 

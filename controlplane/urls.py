@@ -9,7 +9,7 @@ from claims import urls as core_urls
 from claims.metrics import metrics_view
 from rollout import urls as rollout_urls
 
-from . import handlers
+from . import handlers, health
 
 handler400 = handlers.bad_request
 handler404 = handlers.not_found
@@ -35,4 +35,6 @@ urlpatterns = [
     path("api/legacy/", include(rollout_urls.legacy_urlpatterns)),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
 ]

@@ -10,7 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from claims.metrics import metrics_view
 
-from . import handlers
+from . import handlers, health
 
 handler400 = handlers.bad_request
 handler404 = handlers.not_found
@@ -25,4 +25,6 @@ urlpatterns = [
     path("api/v1/", include("claims.urls")),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
 ]

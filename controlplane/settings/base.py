@@ -19,8 +19,12 @@ def _secret_key() -> str:
     """SECRET_KEY from the environment; the embedded default keeps one of its own in var/."""
     from_env = env_str("SECRET_KEY", "")
     if from_env:
-        if len(from_env) < 32:
-            raise ImproperlyConfigured("SECRET_KEY must be at least 32 characters")
+        # Django's own deploy check (security.W009) asks for 50 characters, 5 of them different.
+        if len(from_env) < 50 or len(set(from_env)) < 5 or from_env.startswith("django-insecure-"):
+            raise ImproperlyConfigured(
+                "SECRET_KEY must be at least 50 characters with at least 5 different ones (for example "
+                "python -c 'import secrets; print(secrets.token_urlsafe(50))')"
+            )
         return from_env
     path = VAR_DIR / "secret_key"
     if not path.exists():
@@ -32,6 +36,35 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# --- HTTPS behind a proxy (docs/deployment.md) ------------------------------------------------------
+# Off by default: the embedded default serves plain HTTP on localhost. `manage.py check --deploy` names each.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+# The health probes answer over plain HTTP too: a load balancer checks the backends directly.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+
+
+def _proxy_ssl_header() -> tuple[str, str] | None:
+    """SECURE_PROXY_SSL_HEADER as "Header-Name: value" (e.g. "X-Forwarded-Proto: https"): a request the proxy
+    marks so is taken as HTTPS. Only behind a proxy that sets the header itself and strips it from clients."""
+    raw = env_str("SECURE_PROXY_SSL_HEADER", "")
+    if not raw:
+        return None
+    name, sep, value = raw.partition(":")
+    if not sep or not name.strip() or not value.strip():
+        raise ImproperlyConfigured(
+            f"SECURE_PROXY_SSL_HEADER must look like 'X-Forwarded-Proto: https', got {raw!r}"
+        )
+    return "HTTP_" + name.strip().upper().replace("-", "_"), value.strip()
+
+
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header()
+USE_X_FORWARDED_HOST = env_bool("USE_X_FORWARDED_HOST", False)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -48,18 +81,41 @@ INSTALLED_APPS = [
     "rollout",
 ]
 
-MIDDLEWARE = [
-    # Django's and WhiteNoise's, thread-free under ASGI (controlplane/middleware.py).
-    "controlplane.middleware.SecurityMiddleware",
-    "controlplane.middleware.StaticFiles",
-    # Django's session, CSRF, auth and message middleware, skipped for /api/ (bearer tokens only).
-    "controlplane.middleware.SessionMiddleware",
-    "controlplane.middleware.CommonMiddleware",
-    "controlplane.middleware.CsrfViewMiddleware",
-    "controlplane.middleware.AuthenticationMiddleware",
-    "controlplane.middleware.MessageMiddleware",
-    "controlplane.middleware.XFrameOptionsMiddleware",
-]
+
+class _Middleware(list):
+    """MIDDLEWARE, where ``"django.…Middleware" in MIDDLEWARE`` also holds for a subclass of it. Django's deploy
+    checks (HSTS, the HTTPS redirect, X-Frame-Options, CSRF) look their middleware up by its dotted path, and
+    without a match they are skipped, not failed: ours are Django's own classes, subclassed (controlplane/
+    middleware.py), so those checks must see them to check anything."""
+
+    def __contains__(self, path: object) -> bool:
+        if list.__contains__(self, path):
+            return True
+        if not isinstance(path, str):
+            return False
+        from django.utils.module_loading import import_string
+
+        try:
+            wanted = import_string(path)
+        except ImportError:
+            return False
+        return any(isinstance(c, type) and issubclass(c, wanted) for c in map(import_string, self))
+
+
+MIDDLEWARE = _Middleware(
+    [
+        # Django's and WhiteNoise's, thread-free under ASGI (controlplane/middleware.py).
+        "controlplane.middleware.SecurityMiddleware",
+        "controlplane.middleware.StaticFiles",
+        # Django's session, CSRF, auth and message middleware, skipped for /api/ (bearer tokens only).
+        "controlplane.middleware.SessionMiddleware",
+        "controlplane.middleware.CommonMiddleware",
+        "controlplane.middleware.CsrfViewMiddleware",
+        "controlplane.middleware.AuthenticationMiddleware",
+        "controlplane.middleware.MessageMiddleware",
+        "controlplane.middleware.XFrameOptionsMiddleware",
+    ]
+)
 
 ROOT_URLCONF = "controlplane.urls"
 WSGI_APPLICATION = "controlplane.wsgi.application"
@@ -117,6 +173,10 @@ if DATABASE_URL:
             "timeout": 10,
         }
         _db["CONN_MAX_AGE"] = 0
+    if env_bool("DATABASE_PGBOUNCER", False):
+        # Behind PgBouncer in transaction mode a named server-side cursor (QuerySet.iterator) would outlive the
+        # transaction's server connection. Prepared statements are already off by default.
+        _db["DISABLE_SERVER_SIDE_CURSORS"] = True
     _db.setdefault("TEST", {})
     if env_str("TEST_DATABASE_NAME", ""):
         _db["TEST"]["NAME"] = env_str("TEST_DATABASE_NAME")
@@ -131,6 +191,10 @@ else:
         },
     }
 DATABASES = {"default": _db}
+# The waiting claims' LISTEN (claims/waiting.py) needs a session of its own for as long as it listens: behind a
+# transaction-mode pooler (PgBouncer) point DATABASE_LISTEN_URL at PostgreSQL itself. Empty: DATABASE_URL's.
+DATABASE_LISTEN_URL = env_str("DATABASE_LISTEN_URL", "")
+DATABASE_LISTEN = dj_database_url.parse(DATABASE_LISTEN_URL) if DATABASE_LISTEN_URL else None
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -194,7 +258,27 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # A task's state is one enum everywhere it appears (without this drf-spectacular names it after a hash).
+    "ENUM_NAME_OVERRIDES": {"TaskStateEnum": "claims.models.TaskState"},
 }
+
+# --- cache -----------------------------------------------------------------------------------------
+# The rate limit's counters live in the cache: per process by default; CACHE_URL=redis://… shares them (and every
+# other cached value) between all app-server processes and hosts.
+CACHE_URL = env_str("CACHE_URL", "")
+if CACHE_URL:
+    if not CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
+        raise ImproperlyConfigured("CACHE_URL must be a redis://, rediss:// or unix:// URL")
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CACHE_URL,
+            "KEY_PREFIX": env_str("CACHE_KEY_PREFIX", "controlplane"),
+            "OPTIONS": {"socket_timeout": 2, "socket_connect_timeout": 2},
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # A token found is remembered per process this long: revocation takes effect everywhere within it (claims/auth.py).
 TOKEN_CACHE_SECONDS = env_int("TOKEN_CACHE_SECONDS", 5, minimum=0, maximum=300)

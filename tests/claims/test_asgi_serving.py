@@ -5,17 +5,10 @@ claims/waiting.py). Threads are counted in the server process's /proc status."""
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-from django.conf import settings
-from django.db import connection
 
 from claims.models import Task
 from tests.support.actors import ensure_default_namespace, make_actor
@@ -24,56 +17,11 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
-def asgi_server():
+def asgi_server(app_servers):
     ensure_default_namespace()
-    db = connection.settings_dict
-    port = _free_port()
-    env = {
-        **os.environ,
-        # the production profile of the suite's own (the whole control plane, or the core alone)
-        "DJANGO_SETTINGS_MODULE": {"controlplane.settings.test_core": "controlplane.settings.core"}.get(
-            settings.SETTINGS_MODULE, "controlplane.settings"
-        ),
-        "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
-        "DATABASE_POOL": "true",
-        "API_RATE_LIMIT": "",
-        "BIND": f"127.0.0.1:{port}",
-        "WEB_CONCURRENCY": "1",
-    }
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "-c",
-            str(ROOT / "deploy/gunicorn.conf.py"),
-            "controlplane.asgi:application",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(150):
-            try:
-                httpx.get(f"{url}/api/v1/schema/", timeout=2)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        worker_pid = int(subprocess.check_output(["pgrep", "-P", str(server.pid)]).split()[0])
-        yield url, worker_pid
-    finally:
-        server.terminate()
-        server.wait(30)
+    server = app_servers()
+    return server.url, server.worker_pids()[0]
 
 
 def _threads(pid: int) -> int:

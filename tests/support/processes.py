@@ -9,11 +9,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from django.db import connection
+
+from deploy.topology import AppServer
 
 
 @pytest.fixture
@@ -135,3 +137,36 @@ def _celery_app():
     from controlplane.celery import app
 
     return app
+
+
+def server_env(**env: str) -> dict[str, str]:
+    """The environment of a production server on the test database: the production profile of the suite's own
+    (the whole control plane, or the core alone), pooled connections, no rate limit unless ``env`` sets one."""
+    from django.conf import settings
+
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": {"controlplane.settings.test_core": "controlplane.settings.core"}.get(
+            settings.SETTINGS_MODULE, "controlplane.settings"
+        ),
+        "DATABASE_URL": process_database_url(),
+        "DATABASE_POOL": "true",
+        "API_RATE_LIMIT": "",
+        **env,
+    }
+
+
+@pytest.fixture
+def app_servers(tmp_path) -> Iterator[Callable[..., AppServer]]:
+    """Start production servers (deploy/topology.py) on the test database for a test (``app_servers(**env)``);
+    all are stopped at its end."""
+    started: list[AppServer] = []
+
+    def start(**env: str) -> AppServer:
+        server = AppServer(tmp_path, server_env(**env)).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
