@@ -1,5 +1,5 @@
 """The alert rules (deploy/prometheus/alerts.yml): valid for Prometheus (Debian's promtool), firing as their unit
-tests say, and written against metric names /metrics really exposes."""
+tests say; they and the Grafana dashboard (docs/grafana-dashboard.json) read only metrics /metrics exposes."""
 
 from __future__ import annotations
 
@@ -41,11 +41,13 @@ def test_every_metric_a_rule_reads_is_on_the_metrics_page(settings):
     page = Client().get("/metrics").content.decode()
     # Each family's "# TYPE" line is there even before it has a sample (a counter's already ends in _total); a
     # histogram's buckets end in _bucket.
-    suffix = {"histogram": "_bucket"}
+    suffixes = {"histogram": ("_bucket", "_sum", "_count")}
     exposed = {
-        name + suffix.get(kind, "")
+        name + suffix
         for name, kind in re.findall(r"^# TYPE (\S+) (\S+)$", page, flags=re.MULTILINE)
+        for suffix in suffixes.get(kind, ("",))
     }
-    used = set(re.findall(r"\b(claims_[a-z_]+)", (RULES / "alerts.yml").read_text()))
+    dashboard = (RULES.parent.parent / "docs/grafana-dashboard.json").read_text()
+    used = set(re.findall(r"\b(claims_[a-z_]+)", (RULES / "alerts.yml").read_text() + dashboard))
 
     assert used and used <= exposed, used - exposed
