@@ -6,6 +6,7 @@
 Prints, per operation, the wall time per request, the part spent waiting on PostgreSQL (every statement timed
 by a connection execute wrapper), the statements per request, and then the cProfile top functions by own time
 (--top). ``--inline`` commits with the result inline (two requests a cycle); without it the cycle stages first.
+``--batch N`` claims N in one request and commits them in one (``POST /commits``).
 """
 
 from __future__ import annotations

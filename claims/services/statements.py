@@ -46,27 +46,26 @@ def hold_namespace_row(*, by_task: bool, lock: str) -> str:
     )
 
 
-def hold_task_and_namespace() -> str:
-    """The task row FOR NO KEY UPDATE and its namespace FOR SHARE, one statement, then the clock. Params:
-    [task_id]."""
+def _tasks_with_namespaces(where: str) -> str:
+    """Task rows FOR NO KEY UPDATE, each with its namespace's columns (``ns_*``) FOR SHARE, then the clock."""
     return after_locks(
         f"SELECT t.*, n.name AS ns_name, n.scheduler_epoch AS ns_epoch, n.claims_paused AS ns_paused, "
         f"n.pause_hold AS ns_hold "
-        f"FROM {TASK} t JOIN {NAMESPACE} n ON n.id = t.namespace_id WHERE t.task_id = %s"
+        f"FROM {TASK} t JOIN {NAMESPACE} n ON n.id = t.namespace_id WHERE {where}"
         + (" FOR NO KEY UPDATE OF t FOR SHARE OF n" if _sql.is_postgres() else "")
     )
+
+
+def hold_task_and_namespace() -> str:
+    """The task row FOR NO KEY UPDATE and its namespace FOR SHARE, one statement, then the clock. Params:
+    [task_id]."""
+    return _tasks_with_namespaces("t.task_id = %s")
 
 
 def hold_tasks_and_namespaces(count: int) -> str:
     """``count`` task rows FOR NO KEY UPDATE in task_id order, each with its namespace FOR SHARE, one statement;
     each row carries the clock read after its lock (the caller takes the latest). Params: [*task_ids]."""
-    return after_locks(
-        f"SELECT t.*, n.name AS ns_name, n.scheduler_epoch AS ns_epoch, n.claims_paused AS ns_paused, "
-        f"n.pause_hold AS ns_hold "
-        f"FROM {TASK} t JOIN {NAMESPACE} n ON n.id = t.namespace_id "
-        f"WHERE t.task_id IN ({', '.join(['%s'] * count)}) ORDER BY t.task_id"
-        + (" FOR NO KEY UPDATE OF t FOR SHARE OF n" if _sql.is_postgres() else "")
-    )
+    return _tasks_with_namespaces(f"t.task_id IN ({', '.join(['%s'] * count)}) ORDER BY t.task_id")
 
 
 def not_held(outer: str) -> str:
