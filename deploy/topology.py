@@ -178,8 +178,9 @@ class PgBouncer(Process):
 
 class HAProxy(Process):
     """Debian's haproxy in front of the app servers, on its own port: round robin, each backend checked on
-    ``/readyz`` every half second (out after two failures, back after one success), a request whose connection to
-    a backend failed is sent to another — a request already sent is never sent twice."""
+    ``/readyz`` every half second (out after two failures, back after one success). A request whose connection to
+    a backend could not be made is sent to another; a request already sent is never sent again (a commit or a
+    claim that reached a dying server is answered 502, and the worker asks again under its own attempt)."""
 
     def __init__(self, run_dir: Path, backends: list[AppServer], *, port: int = 0):
         binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
@@ -193,7 +194,7 @@ class HAProxy(Process):
         config.write_text(
             "global\n    maxconn 4096\n"
             "defaults\n    mode http\n    timeout connect 2s\n    timeout client 65s\n    timeout server 65s\n"
-            "    retries 3\n    option redispatch\n    retry-on conn-failure empty-response\n"
+            "    retries 3\n    option redispatch\n    retry-on conn-failure\n"
             f"frontend api\n    bind 127.0.0.1:{self.port}\n    default_backend app\n"
             "backend app\n    balance roundrobin\n    option httpchk GET /readyz\n    http-check expect status 200\n"
             + servers
