@@ -91,11 +91,18 @@ class AppServer(Process):
     """gunicorn with the project's config on its own port; ready once ``/healthz`` answers."""
 
     def __init__(
-        self, run_dir: Path, env: dict[str, str], *, port: int = 0, processes: int = 1, asgi: bool = True
+        self,
+        run_dir: Path,
+        env: dict[str, str],
+        *,
+        port: int = 0,
+        processes: int = 1,
+        asgi: bool = True,
+        python: str = sys.executable,
     ):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        args = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "deploy/gunicorn.conf.py")]
+        args = [python, "-m", "gunicorn", "-c", str(ROOT / "deploy/gunicorn.conf.py")]
         if not asgi:
             args += ["--worker-class", "gthread", "--threads", "8"]
         args.append("controlplane.asgi:application" if asgi else "controlplane.wsgi:application")
@@ -210,14 +217,16 @@ class HAProxy(Process):
         return self
 
 
-def celery(run_dir: Path, env: dict[str, str], name: str, *, beat: bool = False) -> Process:
-    """A Celery worker process (``--beat``: the one beat, as its own process with no worker)."""
+def celery(
+    run_dir: Path, env: dict[str, str], name: str, *, beat: bool = False, python: str = sys.executable
+) -> Process:
+    """A Celery worker process (``beat``: the one beat, as its own process with no worker)."""
     if beat:
         args = ["beat", "--schedule", str(run_dir / "celerybeat-schedule"), "--loglevel", "INFO"]
     else:
         args = ["worker", "--pool", "solo", "--loglevel", "INFO", "--hostname", f"{name}@%h"]
         args += ["--without-gossip", "--without-mingle"]
-    return Process(name, [sys.executable, "-m", "celery", "-A", "controlplane", *args], env, run_dir)
+    return Process(name, [python, "-m", "celery", "-A", "controlplane", *args], env, run_dir)
 
 
 def up(args: argparse.Namespace) -> None:
