@@ -1,59 +1,78 @@
-"""The claim.v1 metrics of claim-v1.md §8, read from the database at scrape time. (Validation coverage —
-``claims_validation_total`` and ``claims_validation_coverage_ratio`` — is the rollout's: it registers its own
-collector on the same registry, ``rollout/metrics.py``.)
+"""The claim.v1 metrics of claim-v1.md §8. (Validation coverage — ``claims_validation_total`` and
+``claims_validation_coverage_ratio`` — is the rollout's: it registers its own collector on the same registry,
+``rollout/metrics.py``, and reads its totals through ``read_figures`` too.)
 
-Every figure is derived from append-only records (the timeline, attempts, effects), so it is the same whichever
-web process or Celery worker answers the scrape, and counters never go backwards. Each scrape runs a handful of
-aggregate queries; histograms are bucketed in SQL.
+A scrape costs the same whatever the size of the history: the counters and histograms are the tallies the
+``fold_metrics`` beat job keeps (``services.metrics_fold``) plus the figures of the records stamped since its
+watermark (``tallies.figures``: the one definition both use) — a few seconds of traffic, read in one REPEATABLE READ
+snapshot so a fold that commits meanwhile is counted exactly once. The figures come from the database's records,
+not from process memory, so they are the same whichever web process answers, and counters never go backwards —
+retention deletes only records the fold has already counted. ``claims_metrics_fold_age_seconds`` shows a fold that
+stopped (the scrape then still answers correctly, only slower as the unfolded stretch grows).
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime
 
 from django.conf import settings
-from django.db.models import Count, F, Q, Sum
+from django.db import connection, transaction
 from django.http import HttpRequest, HttpResponse
 from django_prometheus.exports import ExportToDjangoView
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
-from . import selectors
-from .models import AcceptancePoint, Attempt, AttemptEnd, EventKind, TaskEvent
+from . import clock, interleave, selectors, tallies
+from .models import MetricFold, MetricTally
+from .tallies import HISTOGRAMS, Key
 
-LATENCY_BUCKETS = [0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600]
-ATTEMPT_BUCKETS = [1, 2, 3, 4, 5, 8, 13]
-
-
-def _histogram(
-    name: str, doc: str, values: Sequence[float], buckets: Sequence[float]
-) -> HistogramMetricFamily:
-    counts: list[tuple[str, float]] = []
-    ordered = sorted(values)
-    index = 0
-    for bound in buckets:
-        while index < len(ordered) and ordered[index] <= bound:
-            index += 1
-        counts.append((str(float(bound)), index))
-    counts.append(("+Inf", len(ordered)))
-    total = sum(ordered)
-    family = HistogramMetricFamily(name, doc)
-    family.add_metric([], counts, total)
-    return family
+HELP = {
+    "claims_claim": "Claim requests by outcome.",
+    "claims_renew": "Renew requests by outcome.",
+    "claims_commit": "Commit requests by outcome.",
+    "claims_attempts_per_task": "Attempts a task had when it was committed (observed at its canonical commit).",
+    "claims_reclaim_latency_seconds": "Lease expiry → the reclaiming claim.",
+    "claims_ready_to_commit_seconds": "Task created (ready) → canonical commit.",
+}
 
 
-def _outcome_counts(point: str, success_kinds: list[str], success_word: str) -> dict[str, int]:
-    rows = (
-        TaskEvent.objects.filter(Q(kind__in=success_kinds) | Q(kind=EventKind.FENCED, point=point))
-        .values("kind", "detail__outcome")
-        .annotate(n=Count("id"))
-    )
-    out: dict[str, int] = {}
-    for row in rows:
-        word = success_word if row["kind"] in success_kinds else (row["detail__outcome"] or "FENCED")
-        out[word] = out.get(word, 0) + row["n"]
-    return out
+def read_figures() -> tuple[Counter[Key], datetime | None]:
+    """The tallies plus the unfolded stretch, from one snapshot; and when the last fold ran."""
+    fresh = not connection.in_atomic_block  # inside a caller's transaction, its snapshot is the one we get
+    with transaction.atomic():
+        if fresh and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        fold = MetricFold.objects.filter(name="claims").values_list("through", "folded_at").first()
+        through, folded_at = fold if fold else (None, None)
+        interleave.reach("metrics.watermark_read")  # a fold committing here is what the snapshot is for
+        out: Counter[Key] = Counter()
+        for family, labels, value in MetricTally.objects.values_list("family", "labels", "value"):
+            out[(family, labels)] += value
+        out.update(tallies.figures(since=through, until=None))
+    return out, folded_at
+
+
+def _labelled(out: Counter[Key], family: str) -> list[tuple[list[str], float]]:
+    rows = []
+    for (name, labels), value in sorted(out.items()):
+        if name == family:
+            rows.append(([pair.partition("=")[2] for pair in labels.split(",")] if labels else [], value))
+    return rows
+
+
+def _histogram(out: Counter[Key], family: str) -> HistogramMetricFamily:
+    buckets, running = [], 0.0
+    for bound in HISTOGRAMS[family]:
+        running += out[(family, f"le={float(bound)}")]
+        buckets.append((str(float(bound)), running))
+    buckets.append(("+Inf", running + out[(family, "le=+Inf")]))
+    histogram = HistogramMetricFamily(family, HELP[family])
+    histogram.add_metric([], buckets, out[(family, "sum")])
+    return histogram
 
 
 class ClaimsCollector(Collector):
@@ -62,79 +81,39 @@ class ClaimsCollector(Collector):
         return []
 
     def collect(self) -> Iterator:
-        claim = CounterMetricFamily("claims_claim", "Claim requests by outcome.", labels=["outcome"])
-        for word, n in _outcome_counts(
-            AcceptancePoint.CLAIM, [EventKind.CLAIMED, EventKind.RECLAIMED], "CLAIMED"
-        ).items():
-            claim.add_metric([word], n)
-        yield claim
-
-        renew = CounterMetricFamily("claims_renew", "Renew requests by outcome.", labels=["outcome"])
-        for word, n in _outcome_counts(AcceptancePoint.RENEW, [EventKind.RENEWED], "RENEWED").items():
-            renew.add_metric([word], n)
-        yield renew
-
-        commit = CounterMetricFamily("claims_commit", "Commit requests by outcome.", labels=["outcome"])
-        for word, n in _outcome_counts(
-            AcceptancePoint.COMMIT, [EventKind.RESULT_COMMITTED], "COMMITTED"
-        ).items():
-            commit.add_metric([word], n)
-        yield commit
-
-        contention = TaskEvent.objects.filter(
-            kind=EventKind.FENCED,
-            point=AcceptancePoint.CLAIM,
-            detail__reason__in=["LEASE_LIVE", "VERSION_MISMATCH"],
-        ).count()
-        yield CounterMetricFamily("claims_contention", "Claims lost to another claimer.", value=contention)
-
+        out, folded_at = read_figures()
+        for family in ("claims_claim", "claims_renew", "claims_commit"):
+            counter = CounterMetricFamily(family, HELP[family], labels=["outcome"])
+            for values, n in _labelled(out, family):
+                counter.add_metric(values, n)
+            yield counter
+        yield CounterMetricFamily(
+            "claims_contention", "Claims lost to another claimer.", value=out[("claims_contention", "")]
+        )
         fenced = CounterMetricFamily(
             "claims_fenced", "Rejections by acceptance point and reason.", labels=["point", "reason"]
         )
-        for row in (
-            TaskEvent.objects.filter(kind=EventKind.FENCED)
-            .values("point", "detail__reason")
-            .annotate(n=Count("id"))
-            .order_by("point", "detail__reason")
-        ):
-            fenced.add_metric([row["point"] or "", row["detail__reason"] or ""], row["n"])
+        for values, n in _labelled(out, "claims_fenced"):
+            fenced.add_metric(values, n)
         yield fenced
-
         yield GaugeMetricFamily(
             "claims_unknown_effects",
             "Effects whose outcome is UNKNOWN.",
             value=selectors.unknown_effects_count(),
         )
-
-        discarded = (
-            Attempt.objects.filter(ended_at__isnull=False)
-            .exclude(end_reason=AttemptEnd.COMMITTED)
-            .aggregate(total=Sum(F("ended_at") - F("started_at")))["total"]
-        )
         yield CounterMetricFamily(
             "claims_discarded_compute_seconds",
             "Time attempts held tasks they did not commit (reclaimed, fenced, released, cancelled).",
-            value=discarded.total_seconds() if discarded else 0.0,
+            value=out[("claims_discarded_compute_seconds", "")],
         )
-
-        per_task = [row["n"] for row in Attempt.objects.values("task_id").annotate(n=Count("pk"))]
-        yield _histogram("claims_attempts_per_task", "Attempts per claimed task.", per_task, ATTEMPT_BUCKETS)
-
-        reclaims = selectors.reclaim_latencies()
-        yield _histogram(
-            "claims_reclaim_latency_seconds",
-            "Lease expiry → the reclaiming claim.",
-            reclaims,
-            LATENCY_BUCKETS,
+        for family in HISTOGRAMS:
+            yield _histogram(out, family)
+        age = GaugeMetricFamily(
+            "claims_metrics_fold_age_seconds",
+            "Seconds since fold_metrics last folded the history into the tallies (NaN: never).",
         )
-
-        ready_to_commit = selectors.ready_to_commit_seconds()
-        yield _histogram(
-            "claims_ready_to_commit_seconds",
-            "Task created (ready) → canonical commit.",
-            ready_to_commit,
-            LATENCY_BUCKETS,
-        )
+        age.add_metric([], (clock.now() - folded_at).total_seconds() if folded_at else float("nan"))
+        yield age
 
 
 _registered = False

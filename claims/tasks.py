@@ -8,6 +8,7 @@ from django.db import DatabaseError
 from .locks import singleton
 from .services import leases_reap
 from .services.dispatch import dispatch_deliver, dispatch_stuck
+from .services.metrics import metrics_fold
 
 
 @shared_task(
@@ -40,3 +41,14 @@ def redeliver_dispatches() -> dict:
     for dispatch_id in stuck:
         deliver_dispatch.delay(dispatch_id)
     return {"redelivered": len(stuck)}
+
+
+@shared_task(name="claims.fold_metrics")
+def fold_metrics() -> dict:
+    """Periodic: fold the records written since the last fold into /metrics' tallies (a singleton; a second fold
+    at the same time would wait on the watermark row anyway, then find nothing to do)."""
+    with singleton("fold_metrics") as got:
+        if not got:
+            return {"skipped": "another run holds the lock"}
+        folded = metrics_fold()
+        return {"through": folded.through.isoformat(), "figures": folded.figures}

@@ -1,7 +1,9 @@
 """Validation coverage on /metrics (claim-v1.md §8): ``claims_validation_total{point,validated}`` and
 ``claims_validation_coverage_ratio{point}``. A request is validated when it is claim.v1's own — not one the rollout
-passed on from the legacy API (``TaskEvent.via``). Read at scrape time from the same selector the gates, the API
-and the console use (``selectors.validation_counts``); registered by the app, so a core-only deployment has none."""
+passed on from the legacy API (``TaskEvent.via``). The totals are the core's folded tallies plus the unfolded
+stretch (``claims.metrics.read_figures``: never a scan of the whole history); the ratio over the window comes from
+the selector the gates, the API and the console use (``selectors.validation_counts``), whose scan the window's time
+bounds. Registered by the app, so a core-only deployment has none."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
 from claims import clock
+from claims.metrics import read_figures
+from claims.models import Namespace
 
 from . import selectors
 
@@ -27,9 +31,12 @@ class ValidationCollector(Collector):
             "Requests at acceptance points, validated or not.",
             labels=["point", "validated"],
         )
-        for point, counts in selectors.validation_counts().items():
-            total.add_metric([point, "true"], counts["validated"])
-            total.add_metric([point, "false"], counts["total"] - counts["validated"])
+        out, _ = read_figures()
+        for point in selectors.POINTS:
+            for validated in ("true", "false"):
+                total.add_metric(
+                    [point, validated], out[("claims_validation", f"point={point},validated={validated}")]
+                )
         yield total
         ratio = GaugeMetricFamily(
             "claims_validation_coverage_ratio",
@@ -37,9 +44,14 @@ class ValidationCollector(Collector):
             labels=["point"],
         )
         since = clock.now() - timedelta(seconds=settings.ROLLOUT_WINDOW_SECONDS)
-        for point, counts in selectors.validation_counts(since=since).items():
-            if counts["total"]:
-                ratio.add_metric([point], counts["validated"] / counts["total"])
+        sums = {point: [0, 0] for point in selectors.POINTS}
+        for namespace in Namespace.objects.all():  # per namespace: the index's time bound narrows each scan
+            for point, counts in selectors.validation_counts(namespace=namespace, since=since).items():
+                sums[point][0] += counts["validated"]
+                sums[point][1] += counts["total"]
+        for point, (validated, total_) in sums.items():
+            if total_:
+                ratio.add_metric([point], validated / total_)
         yield ratio
 
 

@@ -118,7 +118,9 @@ def validation_counts(
 ) -> dict[str, dict[str, int]]:
     """Per acceptance point: requests that reached it (``total``) and those claim.v1 checked with epoch and
     generation of their own (``validated``: not passed on from the legacy API). Every point is present."""
-    events = TaskEvent.objects.filter(point__isnull=False)
+    # ``point IN (…)`` rather than ``IS NOT NULL``: one index range per point on (namespace, point, at), each bounded
+    # by the window — with ``IS NOT NULL`` the time bound could not narrow the scan of the namespace's history.
+    events = TaskEvent.objects.filter(point__in=POINTS)
     if namespace is not None:
         events = events.filter(namespace_id=namespace.id)
     if since is not None:

@@ -21,6 +21,7 @@ from .core import (
     Token,
 )
 from .effects import DispatchIntent, DispatchState, Effect, EffectEvent, EffectState
+from .metrics import MetricFold, MetricTally
 from .resources import Resource, ResourceKey, TaskResource
 
 __all__ = [
@@ -34,6 +35,8 @@ __all__ = [
     "EffectEvent",
     "EffectState",
     "EventKind",
+    "MetricFold",
+    "MetricTally",
     "Namespace",
     "Principal",
     "ReplayPolicy",

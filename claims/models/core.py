@@ -183,7 +183,10 @@ class Attempt(models.Model):
                 name="attempt_end_complete",
             ),
         ]
-        indexes = [models.Index(fields=["namespace", "ended_at"], name="attempt_ns_live")]
+        indexes = [
+            models.Index(fields=["namespace", "ended_at"], name="attempt_ns_live"),
+            models.Index(fields=["ended_at"], name="attempt_ended_at"),  # the metrics fold; retention
+        ]
 
 
 class StagedResult(models.Model):
@@ -281,6 +284,8 @@ class TaskEvent(models.Model):
         indexes = [
             models.Index(fields=["task", "id"], name="event_task_timeline"),
             models.Index(fields=["namespace", "point", "at"], name="event_ns_point_at"),
+            # /metrics' unfolded stretch and the fold (tallies.figures), and retention's oldest-first batches.
+            models.Index(fields=["at"], name="event_at"),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(kind__in=EventKind.values), name="event_kind_valid"),

@@ -40,6 +40,8 @@ class Effect(models.Model):
         indexes = [
             models.Index(fields=["namespace", "state"], name="effect_ns_state"),
             models.Index(fields=["namespace", "node_id"], name="effect_ns_node"),
+            # the UNKNOWN backlog (/metrics, drain): as small as the backlog, whatever the ledger's size
+            models.Index(fields=["namespace"], condition=Q(state="UNKNOWN"), name="effect_unknown"),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=EffectState.values), name="effect_state_valid"),

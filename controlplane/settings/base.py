@@ -296,6 +296,9 @@ CLAIMS_MAX_VALUE_BYTES = env_int("CLAIMS_MAX_VALUE_BYTES", 1_000_000, minimum=10
 DATA_UPLOAD_MAX_MEMORY_SIZE = CLAIMS_MAX_VALUE_BYTES * 2 + 65536
 # /metrics needs no token unless this is set; then it wants "Authorization: Bearer <METRICS_TOKEN>".
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+# /metrics reads folded tallies plus what was written since the last fold (the `fold_metrics` beat job): records
+# stamped this long before the fold's clock (or before the oldest open transaction began) are folded.
+METRICS_FOLD_LAG_SECONDS = env_int("METRICS_FOLD_LAG_SECONDS", 30, minimum=1, maximum=3600)
 
 # --- rollout (rollout.md) -------------------------------------------------------------------------------
 ROLLOUT_WINDOW_SECONDS = env_int("ROLLOUT_WINDOW_SECONDS", 3600, minimum=1)

@@ -28,6 +28,7 @@ CELERY_TIMEZONE = "UTC"
 # Periodic jobs (celery beat). The embedded default (`make run`) runs a worker with beat next to the server.
 CELERY_BEAT_SCHEDULE = {
     "reap-expired-leases": {"task": "claims.reap_expired_leases", "schedule": 10.0},
+    "fold-metrics": {"task": "claims.fold_metrics", "schedule": 15.0},
     "redeliver-dispatches": {"task": "claims.redeliver_dispatches", "schedule": 30.0},
     "resend-fences": {"task": "rollout.resend_fences", "schedule": 15.0},
     "drain-check": {"task": "rollout.drain_check", "schedule": 15.0},

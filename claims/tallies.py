@@ -1,0 +1,116 @@
+"""The figures /metrics shows, computed over one stretch of time — the one definition the ``fold_metrics`` job folds
+into ``MetricTally`` rows and the scrape adds on top of them for the records written since (``metrics.py``).
+
+Every figure is a sum over records stamped in ``[since, until)``: timeline events by ``at``, attempt ends by
+``ended_at``. So the fold of ``[a, b)`` plus the figures of ``[b, ∞)`` equal the figures of ``[a, ∞)``, whichever
+of the two computes which part. Reads only; costs what the stretch holds, never the whole history (the ``at``
+and ``ended_at`` indexes bound each scan).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+
+from django.db.models import Count, F, OuterRef, QuerySet, Subquery, Sum
+
+from .models import AcceptancePoint, Attempt, AttemptEnd, EventKind, Task, TaskEvent
+
+LATENCY_BUCKETS: Sequence[float] = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600)
+ATTEMPT_BUCKETS: Sequence[float] = (1, 2, 3, 4, 5, 8, 13)
+HISTOGRAMS = {
+    "claims_attempts_per_task": ATTEMPT_BUCKETS,
+    "claims_reclaim_latency_seconds": LATENCY_BUCKETS,
+    "claims_ready_to_commit_seconds": LATENCY_BUCKETS,
+}
+OUTCOMES = {  # counter family → (its acceptance point, the event kinds that are its success, the success word)
+    "claims_claim": (AcceptancePoint.CLAIM, (EventKind.CLAIMED, EventKind.RECLAIMED), "CLAIMED"),
+    "claims_renew": (AcceptancePoint.RENEW, (EventKind.RENEWED,), "RENEWED"),
+    "claims_commit": (AcceptancePoint.COMMIT, (EventKind.RESULT_COMMITTED,), "COMMITTED"),
+}
+CONTENTION_REASONS = ("LEASE_LIVE", "VERSION_MISMATCH")
+
+Key = tuple[str, str]  # (family, labels)
+
+
+def labels(**pairs: object) -> str:
+    return ",".join(f"{k}={'' if v is None else v}" for k, v in pairs.items())
+
+
+def _bucket(value: float, bounds: Sequence[float]) -> str:
+    for bound in bounds:
+        if value <= bound:
+            return f"le={float(bound)}"
+    return "le=+Inf"
+
+
+def _observe(out: Counter[Key], family: str, value: float) -> None:
+    out[(family, _bucket(value, HISTOGRAMS[family]))] += 1
+    out[(family, "sum")] += value
+    out[(family, "count")] += 1
+
+
+def _events(since: datetime | None, until: datetime | None) -> QuerySet[TaskEvent]:
+    events = TaskEvent.objects.all()
+    if since is not None:
+        events = events.filter(at__gte=since)
+    if until is not None:
+        events = events.filter(at__lt=until)
+    return events
+
+
+def figures(*, since: datetime | None, until: datetime | None) -> Counter[Key]:
+    """Every counter, and every histogram's buckets, sum and count, over records stamped in ``[since, until)``
+    (None: unbounded on that side)."""
+    out: Counter[Key] = Counter()
+    events = _events(since, until)
+
+    # 1. Outcomes at the acceptance points, rejections by point and reason, validation per point. One grouped
+    #    scan of the stretch's events.
+    rows = events.values("kind", "point", "via", "detail__outcome", "detail__reason").annotate(n=Count("id"))
+    for row in rows:
+        kind, point, n = row["kind"], row["point"], row["n"]
+        for family, (its_point, success, word) in OUTCOMES.items():
+            if kind in success:
+                out[(family, labels(outcome=word))] += n
+            elif kind == EventKind.FENCED and point == its_point:
+                out[(family, labels(outcome=row["detail__outcome"] or "FENCED"))] += n
+        if kind == EventKind.FENCED:
+            out[("claims_fenced", labels(point=point or "", reason=row["detail__reason"] or ""))] += n
+            if point == AcceptancePoint.CLAIM and row["detail__reason"] in CONTENTION_REASONS:
+                out[("claims_contention", "")] += n
+        if point:
+            validated = "true" if row["via"] == "" else "false"
+            out[("claims_validation", labels(point=point, validated=validated))] += n
+
+    # 2. Reclaim latency: a reclaim's time after the lease it ended ran out.
+    reclaims = events.filter(kind=EventKind.RECLAIMED).values_list("at", "detail__previous")
+    for at, previous in reclaims.iterator():
+        previous = previous or {}
+        expired = previous.get("lease_expires_at")
+        if expired and previous.get("ended") == "lease_expired":
+            lateness = (at - datetime.fromisoformat(expired)).total_seconds()
+            _observe(out, "claims_reclaim_latency_seconds", max(0.0, lateness))
+
+    # 3. At each canonical commit: the task's age (created READY → committed) and how many attempts it took.
+    attempts = Attempt.objects.filter(task_id=OuterRef("task_id"), started_at__lte=OuterRef("at"))
+    commits = events.filter(kind=EventKind.RESULT_COMMITTED).annotate(
+        created=Subquery(Task.objects.filter(pk=OuterRef("task_id")).values("created_at")[:1]),
+        tries=Subquery(attempts.order_by().values("task_id").annotate(n=Count("pk")).values("n")[:1]),
+    )
+    for at, created, tries in commits.values_list("at", "created", "tries").iterator():
+        if created is not None:
+            _observe(out, "claims_ready_to_commit_seconds", max(0.0, (at - created).total_seconds()))
+        _observe(out, "claims_attempts_per_task", tries or 0)
+
+    # 4. Compute discarded: attempts that ended in the stretch without committing.
+    ended = Attempt.objects.filter(ended_at__isnull=False).exclude(end_reason=AttemptEnd.COMMITTED)
+    if since is not None:
+        ended = ended.filter(ended_at__gte=since)
+    if until is not None:
+        ended = ended.filter(ended_at__lt=until)
+    held = ended.aggregate(total=Sum(F("ended_at") - F("started_at")))["total"]
+    if held:
+        out[("claims_discarded_compute_seconds", "")] += held.total_seconds()
+    return out
