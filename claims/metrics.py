@@ -14,7 +14,7 @@ stopped (the scrape then still answers correctly, only slower as the unfolded st
 from __future__ import annotations
 
 import hmac
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -27,7 +27,7 @@ from prometheus_client.registry import REGISTRY, Collector
 
 from . import clock, interleave, selectors, tallies
 from .models import MetricFold, MetricTally
-from .tallies import HISTOGRAMS, Key
+from .tallies import HISTOGRAMS, Figures
 
 HELP = {
     "claims_claim": "Claim requests by outcome.",
@@ -39,7 +39,7 @@ HELP = {
 }
 
 
-def read_figures() -> tuple[Counter[Key], datetime | None]:
+def read_figures() -> tuple[Figures, datetime | None]:
     """The tallies plus the unfolded stretch, from one snapshot; and when the last fold ran."""
     fresh = not connection.in_atomic_block  # inside a caller's transaction, its snapshot is the one we get
     with transaction.atomic():
@@ -49,22 +49,23 @@ def read_figures() -> tuple[Counter[Key], datetime | None]:
         fold = MetricFold.objects.filter(name="claims").values_list("through", "folded_at").first()
         through, folded_at = fold if fold else (None, None)
         interleave.reach("metrics.watermark_read")  # a fold committing here is what the snapshot is for
-        out: Counter[Key] = Counter()
+        out: Figures = defaultdict(float)
         for family, labels, value in MetricTally.objects.values_list("family", "labels", "value"):
             out[(family, labels)] += value
-        out.update(tallies.figures(since=through, until=None))
+        for key, value in tallies.figures(since=through, until=None).items():
+            out[key] += value
     return out, folded_at
 
 
-def _labelled(out: Counter[Key], family: str) -> list[tuple[list[str], float]]:
-    rows = []
+def _labelled(out: Figures, family: str) -> list[tuple[list[str], float]]:
+    rows: list[tuple[list[str], float]] = []
     for (name, labels), value in sorted(out.items()):
         if name == family:
             rows.append(([pair.partition("=")[2] for pair in labels.split(",")] if labels else [], value))
     return rows
 
 
-def _histogram(out: Counter[Key], family: str) -> HistogramMetricFamily:
+def _histogram(out: Figures, family: str) -> HistogramMetricFamily:
     buckets, running = [], 0.0
     for bound in HISTOGRAMS[family]:
         running += out[(family, f"le={float(bound)}")]

@@ -9,7 +9,7 @@ and ``ended_at`` indexes bound each scan).
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -32,6 +32,7 @@ OUTCOMES = {  # counter family → (its acceptance point, the event kinds that a
 CONTENTION_REASONS = ("LEASE_LIVE", "VERSION_MISMATCH")
 
 Key = tuple[str, str]  # (family, labels)
+Figures = defaultdict[Key, float]
 
 
 def labels(**pairs: object) -> str:
@@ -45,7 +46,7 @@ def _bucket(value: float, bounds: Sequence[float]) -> str:
     return "le=+Inf"
 
 
-def _observe(out: Counter[Key], family: str, value: float) -> None:
+def _observe(out: Figures, family: str, value: float) -> None:
     out[(family, _bucket(value, HISTOGRAMS[family]))] += 1
     out[(family, "sum")] += value
     out[(family, "count")] += 1
@@ -60,10 +61,10 @@ def _events(since: datetime | None, until: datetime | None) -> QuerySet[TaskEven
     return events
 
 
-def figures(*, since: datetime | None, until: datetime | None) -> Counter[Key]:
+def figures(*, since: datetime | None, until: datetime | None) -> Figures:
     """Every counter, and every histogram's buckets, sum and count, over records stamped in ``[since, until)``
     (None: unbounded on that side)."""
-    out: Counter[Key] = Counter()
+    out: Figures = defaultdict(float)
     events = _events(since, until)
 
     # 1. Outcomes at the acceptance points, rejections by point and reason, validation per point. One grouped

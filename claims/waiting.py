@@ -10,7 +10,9 @@ loop and holding no thread, the first of:
 - the namespace's first lease running out (``selectors.next_lease_expiry``), which nobody notifies;
 - the end of the wait,
 
-and tries the claim again — its own transaction decides, so a notification is a hint only. Still nothing: it waits
+and tries the claim again — its own transaction decides, so a notification is a hint only. A notification that
+arrives while the waiter is trying (not queued) wakes nobody; so a waiter notes when each try began and does not
+queue when its namespace was notified since — it tries again at once (the lost wake-up CI once saw as a 20 s wait). Still nothing: it waits
 again until the end; then one last try, and 204.
 
 No herd: a notification for ``count`` tasks wakes at most ``count`` waiters of the namespace in each process
@@ -43,7 +45,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.db import connection, connections
 from django.http import HttpResponse
 
-from . import clock, selectors
+from . import clock, interleave, selectors
 from .errors import ClaimError, exception_handler
 from .renderers import SafeJSONRenderer
 from .services.wakeups import CHANNEL
@@ -114,6 +116,11 @@ class Hub:
         self.woken = (
             0  # waiters woken by notifications since the process started (the herd bound is tested on it)
         )
+        # When each namespace was last notified, and when everything was (a fence, a resume, a reconnect) — on the
+        # monotonic clock. A waiter that marked the time before its last claim attempt does not wait when a
+        # notification came since: it arrived while the waiter was trying, not waiting, and woke nobody.
+        self._notified: dict[str, float] = {}
+        self._notified_all = float("-inf")
 
     def waiting(self) -> int:
         with self._lock:
@@ -164,6 +171,11 @@ class Hub:
         """Wake up to ``count`` waiters of ``namespace`` (all of them for None), oldest first."""
         woken = 0
         with self._lock:
+            stamp = time.monotonic()
+            if namespace is None:
+                self._notified_all = stamp
+            else:
+                self._notified[namespace] = stamp
             queues = (
                 list(self._waiters.values()) if namespace is None else [self._waiters.get(namespace, deque())]
             )
@@ -174,10 +186,16 @@ class Hub:
             self.woken += woken
         return woken
 
-    def _enlist(self, namespace: str, waiter: _Waiter | _ThreadWaiter) -> None:
+    def _enlist(self, namespace: str, waiter: _Waiter | _ThreadWaiter, since: float) -> bool:
+        """Queue ``waiter`` — unless the namespace was notified at or after ``since`` (the waiter's last try began
+        then): that notification found it trying, not queued, so it must try again now (False). Checked and queued
+        under one lock, so a notification is either seen here or finds the waiter queued."""
         self._ensure_listener(dict(settings.DATABASE_LISTEN or connection.settings_dict))
         with self._lock:
+            if max(self._notified.get(namespace, float("-inf")), self._notified_all) >= since:
+                return False
             self._waiters.setdefault(namespace, deque()).append(waiter)
+            return True
 
     def _discharge(self, namespace: str, waiter: _Waiter | _ThreadWaiter) -> None:
         with self._lock:
@@ -190,14 +208,16 @@ class Hub:
                 if not queue:
                     self._waiters.pop(namespace, None)
 
-    async def wait(self, namespace: str, timeout: float) -> None:
-        """Until a notification wakes this waiter, or ``timeout`` seconds (a coroutine: no thread)."""
+    async def wait(self, namespace: str, timeout: float, *, since: float) -> None:
+        """Until a notification wakes this waiter, or ``timeout`` seconds (a coroutine: no thread); at once when one
+        came since ``since``."""
         if connection.vendor != "postgresql":
             await asyncio.sleep(min(timeout, POLL_SECONDS))
             return
         loop = asyncio.get_running_loop()
         waiter = _Waiter(loop, loop.create_future())
-        self._enlist(namespace, waiter)
+        if not self._enlist(namespace, waiter, since):
+            return
         try:
             await asyncio.wait_for(waiter.future, timeout)
         except TimeoutError:
@@ -205,13 +225,14 @@ class Hub:
         finally:
             self._discharge(namespace, waiter)
 
-    def wait_here(self, namespace: str, timeout: float) -> None:
+    def wait_here(self, namespace: str, timeout: float, *, since: float) -> None:
         """The same, blocking the calling thread (WSGI)."""
         if connection.vendor != "postgresql":
             time.sleep(min(timeout, POLL_SECONDS))
             return
         waiter = _ThreadWaiter()
-        self._enlist(namespace, waiter)
+        if not self._enlist(namespace, waiter, since):
+            return
         try:
             waiter.event.wait(timeout)
         finally:
@@ -241,13 +262,16 @@ def _until_expiry(namespace: str) -> float | None:
     return None if expiry is None else max(0.0, (expiry - clock.now()).total_seconds())
 
 
-async def _until_claimable(request: Any, wait: ClaimWait) -> HttpResponse | None:
+async def _until_claimable(request: Any, wait: ClaimWait, tried_at: float) -> HttpResponse | None:
+    """``tried_at``: when the last claim attempt began (``time.monotonic()``, taken before its transaction)."""
     deadline = time.monotonic() + wait.seconds
     while (left := deadline - time.monotonic()) > 0:
         expiry = await _run(request, _until_expiry, wait.namespace)
         if expiry is not None:
             left = min(left, max(expiry + 0.01, 0.05))
-        await hub.wait(wait.namespace, left)
+        interleave.reach("claim_wait.found_nothing")
+        await hub.wait(wait.namespace, left, since=tried_at)
+        tried_at = time.monotonic()
         answer = await _run(request, _retry, wait)
         if answer is not None:
             return answer
@@ -299,13 +323,15 @@ def offloaded(view: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _until_claimable_here(wait: ClaimWait) -> HttpResponse | None:
+def _until_claimable_here(wait: ClaimWait, tried_at: float) -> HttpResponse | None:
     deadline = time.monotonic() + wait.seconds
     while (left := deadline - time.monotonic()) > 0:
         expiry = _until_expiry(wait.namespace)
         if expiry is not None:
             left = min(left, max(expiry + 0.01, 0.05))
-        hub.wait_here(wait.namespace, left)
+        interleave.reach("claim_wait.found_nothing")
+        hub.wait_here(wait.namespace, left, since=tried_at)
+        tried_at = time.monotonic()
         answer = _retry(wait)
         if answer is not None:
             return answer
@@ -318,20 +344,22 @@ def waiting(view: Callable[..., Any]) -> Callable[..., Any]:
 
         @functools.wraps(view)
         def waits_here(request, *args, **kwargs):
+            tried_at = time.monotonic()
             response = view(request, *args, **kwargs)
             wait = getattr(response, "claim_wait", None)
             if wait is None:
                 return response
-            return _until_claimable_here(wait) or response
+            return _until_claimable_here(wait, tried_at) or response
 
         return waits_here
 
     @functools.wraps(view)
     async def wrapper(request, *args, **kwargs):
+        tried_at = time.monotonic()
         response = await _run(request, view, request, *args, **kwargs)
         wait = getattr(response, "claim_wait", None)
         if wait is None:
             return response
-        return await _until_claimable(request, wait) or response
+        return await _until_claimable(request, wait, tried_at) or response
 
     return wrapper

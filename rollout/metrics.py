@@ -44,14 +44,14 @@ class ValidationCollector(Collector):
             labels=["point"],
         )
         since = clock.now() - timedelta(seconds=settings.ROLLOUT_WINDOW_SECONDS)
-        sums = {point: [0, 0] for point in selectors.POINTS}
+        sums: dict[str, list[int]] = {point: [0, 0] for point in selectors.POINTS}
         for namespace in Namespace.objects.all():  # per namespace: the index's time bound narrows each scan
             for point, counts in selectors.validation_counts(namespace=namespace, since=since).items():
                 sums[point][0] += counts["validated"]
                 sums[point][1] += counts["total"]
-        for point, (validated, total_) in sums.items():
-            if total_:
-                ratio.add_metric([point], validated / total_)
+        for point, (checked, reached) in sums.items():
+            if reached:
+                ratio.add_metric([point], checked / reached)
         yield ratio
 
 

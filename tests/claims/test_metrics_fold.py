@@ -108,7 +108,9 @@ def test_a_commit_open_while_the_fold_runs_is_counted_once_after_it_commits(
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_fold_committing_during_a_scrape_is_counted_once(anonymous, worker_a, ready_task, db_clock, settings):
+def test_a_fold_committing_during_a_scrape_is_counted_once(
+    anonymous, worker_a, ready_task, db_clock, settings
+):
     """The scrape has read the watermark; a fold commits before it reads the tallies. In one snapshot the scrape
     sees the old watermark with the old tallies; read committed, it would add the new tallies to the stretch they
     already hold."""

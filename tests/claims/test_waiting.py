@@ -7,11 +7,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.db import connection
 
 from claims.models import Task
 from claims.waiting import hub
 from tests.support.actors import make_actor
-from tests.support.races import run_in_thread
+from tests.support.races import Pause, run_in_thread
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -27,6 +28,15 @@ def _waiting(worker, count: int = 1, **body):
         time.sleep(0.01)
     assert hub.waiting() >= before + count, box
     return thread, box
+
+
+def _listener_up() -> None:
+    """This process's listener is connected and has done its reconnect wake-up."""
+    hub._ensure_listener(dict(connection.settings_dict))
+    assert hub.listening.wait(10)
+    deadline = time.monotonic() + 10
+    while getattr(hub, "_notified_all", 0) == float("-inf") and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _answer(thread, box):
@@ -45,6 +55,23 @@ def test_a_waiting_claim_is_answered_when_a_task_is_created(worker_a, operator):
     assert answer.status_code == 200 and answer.json()["task_id"] == task_id
     assert answered_at - created_at < BOUND
     assert Task.objects.get(pk=task_id).owner_id == "worker-a"
+
+
+def test_a_task_notified_while_the_waiter_was_trying_is_not_missed(worker_a, operator, default_namespace):
+    """The waiter's claim found nothing; before it queues for a notification, a task is created and notified —
+    nobody is queued to hear it. The waiter must try again at once, not sleep out its whole wait (CI saw 20 s)."""
+    _listener_up()  # else its first connect wakes every waiter and hides the race
+    pause = Pause("claim_wait.found_nothing")
+    thread, box = run_in_thread(lambda: (worker_a.claim_next(wait_seconds=20), time.monotonic()))
+    pause.wait_reached()
+
+    created_at = time.monotonic()
+    task_id = operator.create().json()["task_id"]
+    pause.resume()
+    answer, answered_at = _answer(thread, box)
+
+    assert answer.status_code == 200 and answer.json()["task_id"] == task_id
+    assert answered_at - created_at < BOUND
 
 
 def test_a_waiting_claim_is_answered_when_a_task_is_released(worker_a, worker_b, ready_task):

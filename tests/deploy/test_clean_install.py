@@ -81,7 +81,9 @@ def test_a_clean_install_without_extras_migrates_serves_and_runs_jobs_on_redis_a
     if not _listening(RABBITMQ_URL):
         pytest.skip(f"needs RabbitMQ at {RABBITMQ_URL} (.ci/run starts it)")
     python = str(clean_venv / "bin/python")
-    freeze = subprocess.run([python, "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
+    freeze = subprocess.run(
+        [python, "-m", "pip", "freeze"], capture_output=True, text=True, check=True
+    ).stdout
     assert "pytest" not in freeze and "ruff" not in freeze  # no dev tool came along to pull anything in
 
     base = _env(clean_venv, tmp_path, redis_url)
@@ -119,7 +121,7 @@ def test_a_clean_install_without_extras_migrates_serves_and_runs_jobs_on_redis_a
             )
             job = sent.stdout.strip().splitlines()[-1]
             done_line = re.compile(rf"Task claims\.reap_expired_leases\[{job}\] succeeded")
-            assert _wait(lambda w=worker: bool(done_line.search(w.log())), 60), worker.log()[-3000:]
+            assert _wait(lambda w=worker, d=done_line: bool(d.search(w.log())), 60), worker.log()[-3000:]
         finally:
             worker.stop()
 
