@@ -71,6 +71,12 @@ class LegacyClaim(models.Model):
     pool = models.CharField(max_length=100, blank=True, default="")
     updated_at = models.DateTimeField()
 
+    class Meta:
+        indexes = [
+            # what is not completed yet: the legacy frontier's candidates (selectors.task_list), as small as it is
+            models.Index(fields=["task_id"], condition=models.Q(completed_by=""), name="legacy_incomplete"),
+        ]
+
     def __str__(self) -> str:
         return self.task_id
 

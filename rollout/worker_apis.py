@@ -19,7 +19,6 @@ from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from claims import apis as core_apis
-from claims import selectors as core_selectors
 from claims import serializers as core_s
 from claims.apis import AuthedRequest, error_responses, paginated, parsed
 from claims.permissions import AnyRole, IsTaskCreator, IsWorker
@@ -228,12 +227,7 @@ class TaskListCreateApi(core_apis.TaskListCreateApi):
     def get(self, request: AuthedRequest) -> Response:
         query = core_s.TaskListQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
-        state = query.validated_data.get("state")
-        tasks = selectors.with_legacy_state(
-            core_selectors.task_list(namespace=query.validated_data.get("namespace")).select_related(
-                "namespace__rollout"
-            )
+        tasks = selectors.task_list(
+            namespace=query.validated_data.get("namespace"), state=query.validated_data.get("state")
         )
-        if state:
-            tasks = tasks.filter(read_state=state)
         return paginated(self, request, tasks, lambda t: s.ReadFromOut(selectors.legacy_view(t)).data)

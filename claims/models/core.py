@@ -96,7 +96,14 @@ class Task(models.Model):
                 condition=Q(state="CLAIMED"),
                 name="task_claimed_lease",
             ),
-            models.Index(fields=["namespace", "state"], name="task_ns_state"),
+            # The list, oldest first (claim-v1.md §3), read in index order so a page stops after a page
+            # whatever the history: by namespace and state, by namespace, by state, or all.
+            models.Index(
+                fields=["namespace", "state", "created_at", "task_id"], name="task_ns_state_created"
+            ),
+            models.Index(fields=["namespace", "created_at", "task_id"], name="task_ns_created"),
+            models.Index(fields=["state", "created_at", "task_id"], name="task_state_created"),
+            models.Index(fields=["created_at", "task_id"], name="task_created"),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=TaskState.values), name="task_state_valid"),
