@@ -9,6 +9,7 @@ from .locks import singleton
 from .services import leases_reap
 from .services.dispatch import dispatch_deliver, dispatch_stuck
 from .services.metrics import metrics_fold
+from .services.retention import history_prune
 
 
 @shared_task(
@@ -52,3 +53,13 @@ def fold_metrics() -> dict:
             return {"skipped": "another run holds the lock"}
         folded = metrics_fold()
         return {"through": folded.through.isoformat(), "figures": folded.figures}
+
+
+@shared_task(name="claims.prune_history")
+def prune_history() -> dict:
+    """Periodic: retention (services.retention), in short batches for at most 60 s a run; what is left waits for
+    the next run. A singleton: two runs would only race each other for the same rows."""
+    with singleton("prune_history") as got:
+        if not got:
+            return {"skipped": "another run holds the lock"}
+        return vars(history_prune(budget_seconds=60))

@@ -13,5 +13,6 @@ class RolloutConfig(AppConfig):
 
     def ready(self) -> None:
         from . import metrics
+        from .services import retention  # noqa: F401 - registers the tasks the core's retention must keep
 
         metrics.register()

@@ -74,7 +74,9 @@ class LegacyClaim(models.Model):
     class Meta:
         indexes = [
             # what is not completed yet: the legacy frontier's candidates (selectors.task_list), as small as it is
-            models.Index(fields=["task_id"], condition=models.Q(completed_by=""), name="legacy_incomplete"),
+            models.Index(
+                fields=["namespace", "task_id"], condition=models.Q(completed_by=""), name="legacy_incomplete"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -153,7 +155,10 @@ class ComparedOperation(models.Model):
     at = models.DateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["namespace", "at"], name="compared_ns_at")]
+        indexes = [
+            models.Index(fields=["namespace", "at"], name="compared_ns_at"),
+            models.Index(fields=["at"], name="compared_at"),  # retention, oldest first
+        ]
 
 
 class StageChange(models.Model):
@@ -183,7 +188,10 @@ class GateEvaluation(models.Model):
     at = models.DateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["namespace", "move", "at"], name="gate_ns_move_at")]
+        indexes = [
+            models.Index(fields=["namespace", "move", "at"], name="gate_ns_move_at"),
+            models.Index(fields=["at"], name="gate_at"),  # retention, oldest first
+        ]
 
 
 class DrainSnapshot(models.Model):
@@ -199,7 +207,10 @@ class DrainSnapshot(models.Model):
     taken_at = models.DateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["namespace", "pool", "taken_at"], name="drain_ns_pool_at")]
+        indexes = [
+            models.Index(fields=["namespace", "pool", "taken_at"], name="drain_ns_pool_at"),
+            models.Index(fields=["taken_at"], name="drain_taken_at"),  # retention, oldest first
+        ]
 
 
 class CoverageWaiver(models.Model):
@@ -302,4 +313,7 @@ class LegacyEvent(models.Model):
     at = models.DateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["task_id", "at"], name="legacyevent_task_at")]
+        indexes = [
+            models.Index(fields=["task_id", "at"], name="legacyevent_task_at"),
+            models.Index(fields=["at"], name="legacyevent_at"),  # retention, oldest first
+        ]

@@ -13,6 +13,7 @@ from claims.models import Namespace, Principal
 
 from .models import Rollback, Stage
 from .services import fences, jobs, stages
+from .services.retention import rollout_history_prune
 
 _RETRY = {"autoretry_for": (DatabaseError,), "retry_backoff": True, "retry_kwargs": {"max_retries": 5}}
 
@@ -107,3 +108,12 @@ def advance_rollback(rollback_id: str | None = None) -> list[dict]:
         rollback = stages.advance_rollback(rollback_id=pk)
         out.append({"rollback_id": str(pk), "step": rollback.step})
     return out
+
+
+@shared_task(name="rollout.prune_history")
+def prune_history() -> dict:
+    """Periodic: the rollout's retention (services.retention), in short batches for at most 60 s a run."""
+    with singleton("rollout_prune_history") as got:
+        if not got:
+            return {"skipped": "another run holds the lock"}
+        return rollout_history_prune(budget_seconds=60)

@@ -308,6 +308,17 @@ ROLLOUT_MIN_SAMPLES = env_int("ROLLOUT_MIN_SAMPLES", 1000, minimum=1)
 ROLLOUT_MIN_COVERAGE_SAMPLES = env_int("ROLLOUT_MIN_COVERAGE_SAMPLES", 100, minimum=1)
 DRAIN_INTERVAL_SECONDS = env_int("DRAIN_INTERVAL_SECONDS", 15, minimum=1)
 WORKER_STALE_SECONDS = env_int("WORKER_STALE_SECONDS", 60, minimum=1)
+# Retention (docs/operations.md): timeline events, discarded attempts and the rollout's per-operation records older
+# than this are deleted by the prune_history jobs, when nothing still needs them; 0 keeps everything. Longer than
+# the rollout window, so no gate or coverage figure loses a record it counts.
+RETENTION_SECONDS = env_int("RETENTION_SECONDS", 30 * 86400, minimum=0)
+AUDIT_RETENTION_SECONDS = env_int("AUDIT_RETENTION_SECONDS", 365 * 86400, minimum=86400)
+RETENTION_BATCH = env_int("RETENTION_BATCH", 2000, minimum=1, maximum=50_000)
+if RETENTION_SECONDS and RETENTION_SECONDS <= ROLLOUT_WINDOW_SECONDS + METRICS_FOLD_LAG_SECONDS:
+    raise ImproperlyConfigured(
+        "RETENTION_SECONDS must be 0 (keep everything) or more than ROLLOUT_WINDOW_SECONDS + "
+        f"METRICS_FOLD_LAG_SECONDS ({RETENTION_SECONDS} ≤ {ROLLOUT_WINDOW_SECONDS} + {METRICS_FOLD_LAG_SECONDS})"
+    )
 ROLLOUT_LEGACY_STORE = env_str("ROLLOUT_LEGACY_STORE", "rollout.legacy.DjangoLegacyStore")
 # A fence request whose job has not finished this long (its worker died, or its message was lost) is sent again
 # by `resend_fences`; the fence itself is applied once whatever the number of runs.

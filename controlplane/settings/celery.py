@@ -29,6 +29,8 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
     "reap-expired-leases": {"task": "claims.reap_expired_leases", "schedule": 10.0},
     "fold-metrics": {"task": "claims.fold_metrics", "schedule": 15.0},
+    "prune-history": {"task": "claims.prune_history", "schedule": 300.0},
+    "prune-rollout-history": {"task": "rollout.prune_history", "schedule": 300.0},
     "redeliver-dispatches": {"task": "claims.redeliver_dispatches", "schedule": 30.0},
     "resend-fences": {"task": "rollout.resend_fences", "schedule": 15.0},
     "drain-check": {"task": "rollout.drain_check", "schedule": 15.0},
