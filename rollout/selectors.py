@@ -244,39 +244,42 @@ def with_legacy_state(tasks: QuerySet[Task]) -> QuerySet[Any]:
 def task_list(*, namespace: str | None = None, state: str | None = None) -> QuerySet[Any]:
     """The task list as readers see it by stage, oldest first, at a cost flat in the history (issue 13).
 
-    Where claim.v1 is read (V1_READS on, and every namespace the rollout never staged), ``state`` is the column:
-    an index range (``task_ns_state_created`` or ``task_state_created``) read in order. Where legacy is read
-    (LEGACY, SHADOW) the state is computed per row (``with_legacy_state``); for the sparse states a candidate set
-    narrows that first, so the frontier is not found by walking every committed task:
+    The state a reader sees is ``with_legacy_state``'s ``read_state``: claim.v1's column from V1_READS on (and in
+    every namespace the rollout never staged), the legacy store's view in LEGACY and SHADOW. Filtering on it row by
+    row walks the whole history to find a sparse state, so the sparse states first take a small candidate set —
+    one semi-join on indexed sets — and ``read_state`` then decides exactly:
 
-    - READY: tasks claim.v1 has not finished (READY, CLAIMED), or whose legacy row is not completed (partial index
-      ``legacy_incomplete``). A task claim.v1 committed in V1_ONLY that legacy never heard of (no row), read after
-      a rollback to LEGACY or SHADOW, is not offered here; it was committed (docs/rollout.md).
-    - CLAIMED: tasks whose legacy row is not completed.
-    - BLOCKED, CANCELLED: the column, in every stage (the legacy view shows claim.v1's for these).
-    - COMMITTED: the per-row state; dense among old tasks, so the ordered scan stops after a page.
+    - READY: tasks READY in claim.v1; tasks CLAIMED in claim.v1 in a legacy-read namespace (legacy may have let the
+      claim lapse); tasks whose legacy row is not completed (partial index ``legacy_incomplete``). A task claim.v1
+      committed in V1_ONLY that legacy never heard of (no row), read after a rollback to LEGACY or SHADOW, is not
+      offered: it was committed (docs/rollout.md).
+    - CLAIMED: tasks CLAIMED in claim.v1, and tasks whose legacy row is not completed.
+    - BLOCKED, CANCELLED: the column (the legacy view shows claim.v1's for these in every stage).
+    - COMMITTED: no narrowing — dense among old tasks, so the ordered scan stops after a page.
     """
-    tasks = core_selectors.task_list(namespace=namespace).select_related("namespace__rollout")
+    tasks = with_legacy_state(core_selectors.task_list(namespace=namespace).select_related("namespace__rollout"))
     if not state:
-        return with_legacy_state(tasks)
-    legacy_ids = list(
-        RolloutState.objects.filter(stage__in=LEGACY_READS).values_list("namespace_id", flat=True)
-    )
-    if state in (TaskState.BLOCKED, TaskState.CANCELLED) or not legacy_ids:
-        return with_legacy_state(tasks.filter(state=state))
-    v1 = Q(state=state) & ~Q(namespace_id__in=legacy_ids)
-    legacy = with_legacy_state(tasks.filter(namespace_id__in=legacy_ids)).filter(read_state=state)
+        return tasks
+    if state in (TaskState.BLOCKED, TaskState.CANCELLED):
+        return tasks.filter(state=state)
     incomplete = LegacyClaim.objects.filter(completed_by="").values("task_id")
     if state == TaskState.READY:
-        legacy = legacy.filter(Q(state__in=[TaskState.READY, TaskState.CLAIMED]) | Q(pk__in=incomplete))
+        candidates = (
+            Task.objects.filter(state=TaskState.READY)
+            .values("task_id")
+            .union(
+                Task.objects.filter(
+                    state=TaskState.CLAIMED, namespace__rollout__stage__in=LEGACY_READS
+                ).values("task_id"),
+                incomplete,
+                all=True,
+            )
+        )
+        tasks = tasks.filter(pk__in=candidates)
     elif state == TaskState.CLAIMED:
-        legacy = legacy.filter(pk__in=incomplete)
-    if namespace is not None:  # one stage: one branch, no OR for the planner to weigh
-        named = Namespace.objects.filter(name=namespace).values_list("id", flat=True).first()
-        if named in legacy_ids:
-            return legacy
-        return with_legacy_state(tasks.filter(v1))
-    return with_legacy_state(tasks.filter(v1)) | legacy
+        candidates = Task.objects.filter(state=TaskState.CLAIMED).values("task_id").union(incomplete, all=True)
+        tasks = tasks.filter(pk__in=candidates)
+    return tasks.filter(read_state=state)
 
 
 def task_get(*, task_id: str) -> Task:
