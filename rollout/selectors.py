@@ -257,7 +257,9 @@ def task_list(*, namespace: str | None = None, state: str | None = None) -> Quer
     - BLOCKED, CANCELLED: the column (the legacy view shows claim.v1's for these in every stage).
     - COMMITTED: no narrowing — dense among old tasks, so the ordered scan stops after a page.
     """
-    tasks = with_legacy_state(core_selectors.task_list(namespace=namespace).select_related("namespace__rollout"))
+    tasks = with_legacy_state(
+        core_selectors.task_list(namespace=namespace).select_related("namespace__rollout")
+    )
     if not state:
         return tasks
     if state in (TaskState.BLOCKED, TaskState.CANCELLED):
@@ -277,7 +279,9 @@ def task_list(*, namespace: str | None = None, state: str | None = None) -> Quer
         )
         tasks = tasks.filter(pk__in=candidates)
     elif state == TaskState.CLAIMED:
-        candidates = Task.objects.filter(state=TaskState.CLAIMED).values("task_id").union(incomplete, all=True)
+        candidates = (
+            Task.objects.filter(state=TaskState.CLAIMED).values("task_id").union(incomplete, all=True)
+        )
         tasks = tasks.filter(pk__in=candidates)
     return tasks.filter(read_state=state)
 

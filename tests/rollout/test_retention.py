@@ -39,7 +39,9 @@ def test_a_task_with_a_mismatch_under_review_keeps_its_history_until_it_is_revie
     metrics_fold()
 
     kept = history_prune()
-    reviewed = operator.post(f"/mismatches/{mismatch.pk}/review", {"status": "EXPLAINED", "note": "known race"})
+    reviewed = operator.post(
+        f"/mismatches/{mismatch.pk}/review", {"status": "EXPLAINED", "note": "known race"}
+    )
     assert reviewed.status_code == 200, reviewed.content
     pruned = history_prune()
 
