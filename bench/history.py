@@ -83,7 +83,7 @@ WITH ns AS (SELECT array_agg(id ORDER BY name = 'default' DESC, name) AS ids FRO
             WHERE name IN ('default', 'hist-shadow', 'hist-reads')),
 s AS (
   SELECT i, now() - make_interval(secs => i * {spacing}) AS t,
-         (SELECT ids FROM ns)[CASE WHEN i % 10 = 1 THEN 2 WHEN i % 10 = 2 THEN 3 ELSE 1 END] AS ns_id,
+         (SELECT ids FROM ns)[CASE WHEN i % 10 = 1 THEN 3 WHEN i % 10 = 2 THEN 2 ELSE 1 END] AS ns_id,
          md5('a' || i)::uuid AS a1, md5('b' || i)::uuid AS a2, md5('c' || i)::uuid AS commit_id,
          md5('s' || i)::uuid AS staged, i % 20 = 0 AS retried
   FROM generate_series({lo}, {hi} - 1) AS i
@@ -191,6 +191,8 @@ def endpoints() -> dict[str, tuple[str, str]]:
         "tasks?state=READY (SHADOW ns)": ("api", "/api/v1/tasks?state=READY&namespace=hist-shadow"),
         "tasks (first page)": ("api", "/api/v1/tasks"),
         "tasks?state=COMMITTED&namespace=default": ("api", "/api/v1/tasks?state=COMMITTED&namespace=default"),
+        "tasks?state=COMMITTED (SHADOW ns)": ("api", "/api/v1/tasks?state=COMMITTED&namespace=hist-shadow"),
+        "tasks?state=COMMITTED": ("api", "/api/v1/tasks?state=COMMITTED"),
         "task events": ("api", "/api/v1/tasks/h-00000020/events"),
         "namespace": ("api", "/api/v1/namespaces/default"),
         "rollout (gate V1_READS→V1_WRITES)": ("api", "/api/v1/namespaces/hist-reads/rollout"),

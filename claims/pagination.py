@@ -3,7 +3,7 @@ grow with the history (issue 13 item 7).
 
 DRF's own paginator counts every matching row before it reads a page — a scan of every task ever committed for
 ``GET /tasks``. Here a page is read with one row more than it holds (that row says whether ``next`` exists), and
-``count`` is exact up to ``API_LIST_COUNT_CAP`` (default 10,000): when the page itself shows where the list ends no
+``count`` is exact up to ``API_LIST_COUNT_CAP`` (default 1,000): when the page itself shows where the list ends no
 count query runs at all; otherwise the count stops at the cap plus one row. Past the cap, ``count`` is the cap and
 the answer carries ``X-Count-Capped: true`` — ``next`` still leads on to every later page, and a page past the last
 is still a 404. A page costs its offset (``page × page_size`` rows skipped), never the whole history.
@@ -49,7 +49,8 @@ class Pagination(PageNumberPagination):
         if not self.has_next:
             self.count, self.capped = offset + len(rows), False  # the page shows where the list ends
         else:
-            bounded = queryset.order_by()[: cap + 1].count()  # counts at most cap + 1 rows
+            # at most cap + 1 rows, and of each only its key: annotations the filter does not use are not computed
+            bounded = queryset.order_by().values("pk")[: cap + 1].count()
             self.count, self.capped = min(bounded, cap), bounded > cap
         return rows
 

@@ -599,7 +599,7 @@ def paginated(item: type[serializers.Serializer], name: str) -> type[serializers
         (serializers.Serializer,),
         {
             "count": serializers.IntegerField(
-                help_text="Rows in the list, exact up to API_LIST_COUNT_CAP (default 10,000); past that the cap, "
+                help_text="Rows in the list, exact up to API_LIST_COUNT_CAP (default 1,000); past that the cap, "
                 "with the header `X-Count-Capped: true` (follow `next` to the later pages)."
             ),
             "next": serializers.URLField(allow_null=True),

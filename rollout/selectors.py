@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Case, CharField, Count, Exists, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.db.models import Case, CharField, Count, OuterRef, Q, QuerySet, Subquery, Value, When
 
 from claims import clock
 from claims import selectors as core_selectors
@@ -222,22 +222,27 @@ def fresh_v1_workers(namespace: Namespace, now: datetime | None = None) -> int:
 
 
 def with_legacy_state(tasks: QuerySet[Task]) -> QuerySet[Any]:
-    """Annotate ``read_state``: the state a reader sees where the legacy store is authoritative."""
+    """Annotate ``read_state``: the state a reader sees where the legacy store is authoritative (claim.v1's column
+    elsewhere), and ``legacy_owner``. The legacy row is read by scalar subqueries on its primary key, evaluated only
+    for rows of legacy-read namespaces (CASE stops at the first branch that holds): an EXISTS here was planned as a
+    hash of every completed legacy row — a cost that grew with the legacy store's history on every list."""
     now = clock.now()
-    rows = LegacyClaim.objects.filter(task_id=OuterRef("pk"))
-    completed = rows.exclude(completed_by="")
-    held = rows.filter(completed_by="", expires_at__gt=now).exclude(owner_id="")
+    row = LegacyClaim.objects.filter(pk=OuterRef("pk"))
     legacy_reads = Q(namespace__rollout__stage__in=LEGACY_READS)
     return tasks.annotate(
+        legacy_completed_by=Subquery(row.values("completed_by")[:1]),
+        legacy_owner=Subquery(
+            row.filter(completed_by="", expires_at__gt=now).exclude(owner_id="").values("owner_id")[:1]
+        ),
+    ).annotate(
         read_state=Case(
             When(~legacy_reads, then="state"),
             When(state__in=[TaskState.BLOCKED, TaskState.CANCELLED], then="state"),
-            When(Exists(completed), then=Value(TaskState.COMMITTED)),
-            When(Exists(held), then=Value(TaskState.CLAIMED)),
+            When(legacy_completed_by__gt="", then=Value(TaskState.COMMITTED)),
+            When(legacy_owner__isnull=False, then=Value(TaskState.CLAIMED)),
             default=Value(TaskState.READY),
             output_field=CharField(),
         ),
-        legacy_owner=Subquery(held.values("owner_id")[:1]),
     )
 
 
@@ -256,6 +261,8 @@ def task_list(*, namespace: str | None = None, state: str | None = None) -> Quer
     - CLAIMED: tasks CLAIMED in claim.v1, and tasks whose legacy row is not completed.
     - BLOCKED, CANCELLED: the column (the legacy view shows claim.v1's for these in every stage).
     - COMMITTED: no narrowing — dense among old tasks, so the ordered scan stops after a page.
+
+    A namespace named in the query and read from claim.v1 filters on the column alone.
     """
     tasks = with_legacy_state(
         core_selectors.task_list(namespace=namespace).select_related("namespace__rollout")
@@ -264,6 +271,10 @@ def task_list(*, namespace: str | None = None, state: str | None = None) -> Quer
         return tasks
     if state in (TaskState.BLOCKED, TaskState.CANCELLED):
         return tasks.filter(state=state)
+    if namespace is not None:
+        named = Namespace.objects.select_related("rollout").filter(name=namespace).first()
+        if named is not None and stage_of(named) not in LEGACY_READS:
+            return tasks.filter(state=state)  # claim.v1's column: (namespace, state, created_at) in order
     incomplete = LegacyClaim.objects.filter(completed_by="").values("task_id")
     if state == TaskState.READY:
         candidates = (
@@ -283,6 +294,10 @@ def task_list(*, namespace: str | None = None, state: str | None = None) -> Quer
             Task.objects.filter(state=TaskState.CLAIMED).values("task_id").union(incomplete, all=True)
         )
         tasks = tasks.filter(pk__in=candidates)
+    else:
+        # COMMITTED: the column where claim.v1 is read; every task of a legacy-read namespace is a candidate.
+        legacy_ids = RolloutState.objects.filter(stage__in=LEGACY_READS).values("namespace_id")
+        tasks = tasks.filter(Q(state=state) | Q(namespace_id__in=legacy_ids))
     return tasks.filter(read_state=state)
 
 

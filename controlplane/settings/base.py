@@ -297,7 +297,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = CLAIMS_MAX_VALUE_BYTES * 2 + 65536
 # /metrics needs no token unless this is set; then it wants "Authorization: Bearer <METRICS_TOKEN>".
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 # Lists count their rows exactly up to this many; past it `count` is this and X-Count-Capped says so (pagination.py).
-API_LIST_COUNT_CAP = env_int("API_LIST_COUNT_CAP", 10_000, minimum=100)
+API_LIST_COUNT_CAP = env_int("API_LIST_COUNT_CAP", 1000, minimum=100)
 # /metrics reads folded tallies plus what was written since the last fold (the `fold_metrics` beat job): records
 # stamped this long before the fold's clock (or before the oldest open transaction began) are folded.
 METRICS_FOLD_LAG_SECONDS = env_int("METRICS_FOLD_LAG_SECONDS", 30, minimum=1, maximum=3600)

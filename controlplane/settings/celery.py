@@ -1,20 +1,24 @@
-"""Celery: Redis or RabbitMQ from CELERY_BROKER_URL; the embedded default is kombu's filesystem broker."""
+"""Celery: Redis or RabbitMQ from CELERY_BROKER_URL; the embedded default is kombu's SQLAlchemy transport on a SQLite
+file of its own (``var/broker.sqlite3``).
+
+The embedded default used to be kombu's filesystem transport. It crashed a worker on an ordinary afternoon: its
+writer creates a message file and then fills it, and a reader that lists the folder in between reads an empty file
+(``JSONDecodeError``) — the worker died and an on-call fence stayed pending. The SQLAlchemy transport keeps each
+message as a row written in one SQLite transaction, so a reader sees a whole message or none; it needs no service,
+and SQLite serialises the server, the worker and beat on one machine. Like every virtual transport it holds a
+message it has handed out in the worker's memory: a worker killed mid-job loses that copy, and the jobs that must
+not be lost are recorded in the database first (fence requests, dispatch intents, rollbacks) and sent again by beat
+(``resend_fences``, ``redeliver_dispatches``, ``advance_rollback``). tests/deploy/test_embedded_broker.py runs it.
+"""
 
 from __future__ import annotations
 
 from .base import VAR_DIR
 from .env import env_bool, env_str
 
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
-if CELERY_BROKER_URL == "filesystem://":
-    _queue_dir = VAR_DIR / "broker"
-    for _sub in ("out", "processed"):
-        (_queue_dir / _sub).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_queue_dir / "out"),
-        "data_folder_out": str(_queue_dir / "out"),
-        "data_folder_processed": str(_queue_dir / "processed"),
-    }
+EMBEDDED_BROKER = f"sqla+sqlite:///{VAR_DIR / 'broker.sqlite3'}"
+# A worker polls the table once a second (kombu's default for virtual transports).
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "") or EMBEDDED_BROKER
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
