@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine:
-#   make run    the control plane on the embedded default (SQLite + filesystem broker) at http://127.0.0.1:8000
+#   make run    the control plane on the embedded default (SQLite + a SQLite-backed broker) at http://127.0.0.1:8000
 #   make test   the whole suite (PostgreSQL when DATABASE_URL is set, else SQLite, skipping visibly what needs PG)
 PYTHON ?= python3
 VENV := .venv
