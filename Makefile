@@ -27,10 +27,18 @@ run: migrate
 	  worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
 	  $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
-# The production server: gunicorn with uvicorn workers (ASGI: a waiting claim holds no thread), pooled connections.
-# Needs DATABASE_URL=postgres://…; WEB_CONCURRENCY processes (default 2), BIND (default 127.0.0.1:8000).
+# The production profile on one host: gunicorn with WEB_CONCURRENCY uvicorn workers (ASGI: a waiting claim holds
+# no thread; pooled connections), exactly one Celery beat, and CELERY_WORKERS Celery workers — stopped together.
+# Needs DATABASE_URL=postgres://… and CELERY_BROKER_URL=redis://… or amqp://… (docs/deployment.md); BIND (default
+# 127.0.0.1:8000). Several hosts: run the server and workers on each, and beat on one only.
+CELERY_WORKERS ?= 2
 serve: migrate
-	DATABASE_POOL=true $(BIN)/gunicorn -c deploy/gunicorn.conf.py controlplane.asgi:application
+	@trap 'kill 0' EXIT INT TERM; \
+	  $(BIN)/celery -A controlplane beat --loglevel INFO --schedule var/celerybeat-schedule & \
+	  for i in $$(seq 1 $(CELERY_WORKERS)); do \
+	    $(BIN)/celery -A controlplane worker --loglevel INFO --hostname worker$$i@%h & \
+	  done; \
+	  DATABASE_POOL=true $(BIN)/gunicorn -c deploy/gunicorn.conf.py controlplane.asgi:application
 
 # Browser tests need Debian's chromium; scripts/install-browser.sh installs it when it can (root), otherwise those
 # tests are skipped with a message saying so.

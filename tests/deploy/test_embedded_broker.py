@@ -159,7 +159,9 @@ def test_the_embedded_broker_runs_dispatches_fences_and_beat_and_survives_a_work
         ]
         assert _epoch(oncall) == 1 + fences == 3
         assert set(effect_target.calls) == set(effects)  # one key per effect, the effect's own
-        assert len(effect_target.calls[effects[KILL_ROUND]]) == 2  # acted, reply lost with the worker, sent again
+        assert (
+            len(effect_target.calls[effects[KILL_ROUND]]) == 2
+        )  # acted, reply lost with the worker, sent again
         assert all(p.poll() is None for p in jobs.procs[1:]), jobs.log()[-4000:]  # nobody died on its own
         assert "JSONDecodeError" not in jobs.log() and "Unrecoverable error" not in jobs.log()
     finally:
