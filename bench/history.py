@@ -253,6 +253,9 @@ def main() -> None:
     django.setup()
     made = setup()
     _psql(args.database, FRONTIER)
+    from django.db import connections
+
+    connections.close_all()  # sessions opened from here on carry the migrations' database settings (jit off)
 
     results: dict = {"sizes": {}, "started": datetime.now(UTC).isoformat()}
     have = 0

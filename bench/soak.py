@@ -7,6 +7,10 @@ tuples and HOT-update ratio (pg_stat_user_tables).
 
 --rate is the target total cycles per second (set it to a share of bench/claims.py's peak). Results are printed
 and written to bench/results/soak-<timestamp>.json.
+
+--retention SECONDS runs what beat would at each report — the metrics fold, then retention with RETENTION_SECONDS
+set to that (and the rollout window below it) — and reports the rows of the timeline, attempt and audit tables:
+they stop growing once the first tasks pass the window (docs/benchmarks.md, "Retention").
 """
 
 from __future__ import annotations
@@ -101,6 +105,24 @@ def table_stats(cursor) -> dict:
     }
 
 
+def retain(cursor) -> dict:
+    """What beat's fold_metrics and prune_history do, then the rows each retained table holds."""
+    from claims.services.metrics import metrics_fold
+    from claims.services.retention import history_prune
+
+    metrics_fold()
+    pruned = history_prune(budget_seconds=10)
+    out = {"pruned": pruned.events + pruned.attempts}
+    for name, table in (
+        ("events", "claims_taskevent"),
+        ("attempts", "claims_attempt"),
+        ("audit", "claims_auditentry"),
+    ):
+        cursor.execute(f"SELECT count(*), pg_total_relation_size('{table}') FROM {table}")
+        out[name], out[f"{name}_bytes"] = cursor.fetchone()
+    return out
+
+
 def table_options(cursor) -> list[str]:
     """The task table's storage settings (fillfactor, per-table autovacuum) and the server's autovacuum switch,
     recorded with the results: a server with autovacuum off (some CI images) never cleans dead tuples."""
@@ -118,9 +140,16 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=150.0, help="target cycles/s in total")
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--every", type=float, default=15.0, help="report interval")
+    parser.add_argument("--retention", type=int, default=0, help="fold + prune at each report, this window")
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
         sys.exit("bench/soak.py needs DATABASE_URL=postgres://…")
+    if args.retention:
+        os.environ.update(
+            RETENTION_SECONDS=str(args.retention),
+            METRICS_FOLD_LAG_SECONDS="2",
+            ROLLOUT_WINDOW_SECONDS=str(max(1, args.retention // 2)),
+        )
     import django
 
     django.setup()
@@ -153,7 +182,11 @@ def main() -> None:
         # Workers stay alive until their samples are read, so report on the clock, not on their liveness.
         while time.time() - started < args.seconds:
             time.sleep(min(args.every, max(0.1, args.seconds - (time.time() - started))))
+            if args.retention:
+                stats_retention = retain(cursor)
             stats = table_stats(cursor)
+            if args.retention:
+                stats.update(stats_retention)
             upd = stats["updates"] - before["updates"]
             hot = stats["hot_updates"] - before["hot_updates"]
             reports.append(
@@ -165,7 +198,12 @@ def main() -> None:
             )
             print(
                 f"t={reports[-1]['t']:>6}s dead={stats['dead_tuples']:>7} hot_ratio={reports[-1]['hot_ratio']} "
-                f"autovacuums={stats['autovacuums'] - before['autovacuums']}",
+                f"autovacuums={stats['autovacuums'] - before['autovacuums']}"
+                + (
+                    f" events={stats['events']} attempts={stats['attempts']} pruned={stats['pruned']}"
+                    if args.retention
+                    else ""
+                ),
                 flush=True,
             )
     samples = [s for _ in procs for s in queue.get(timeout=60)]
@@ -193,6 +231,15 @@ def main() -> None:
             f"| {w['t']} | {w['cycles_per_s']} | {w['p95_ms']} | {w['dead_tuples']} | {w['hot_ratio']} "
             f"| {w['autovacuums'] - before['autovacuums']} | {w['table_bytes'] / 1e6:.1f} |"
         )
+    if args.retention:
+        print(f"\nretention {args.retention} s: rows kept (and total MB) per report")
+        print("| t (s) | events | events MB | attempts | attempts MB | audit | pruned this report |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for w in windows:
+            print(
+                f"| {w['t']} | {w['events']} | {w['events_bytes'] / 1e6:.1f} | {w['attempts']} "
+                f"| {w['attempts_bytes'] / 1e6:.1f} | {w['audit']} | {w['pruned']} |"
+            )
     print(f"\nwritten to {out.relative_to(ROOT)}")
 
 

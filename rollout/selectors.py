@@ -264,17 +264,21 @@ def task_list(*, namespace: str | None = None, state: str | None = None) -> Quer
 
     A namespace named in the query and read from claim.v1 filters on the column alone.
     """
-    tasks = with_legacy_state(
-        core_selectors.task_list(namespace=namespace).select_related("namespace__rollout")
-    )
+    named: Namespace | None = None
+    base = core_selectors.task_list().select_related("namespace__rollout")
+    if namespace is not None:
+        # by its id, not a join on its name: the (namespace, …) indexes are then read in order
+        named = Namespace.objects.select_related("rollout").filter(name=namespace).first()
+        base = base.filter(namespace_id=named.pk) if named is not None else base.none()
+    tasks = with_legacy_state(base)
     if not state:
         return tasks
     if state in (TaskState.BLOCKED, TaskState.CANCELLED):
         return tasks.filter(state=state)
-    if namespace is not None:
-        named = Namespace.objects.select_related("rollout").filter(name=namespace).first()
-        if named is not None and stage_of(named) not in LEGACY_READS:
-            return tasks.filter(state=state)  # claim.v1's column: (namespace, state, created_at) in order
+    if named is not None and stage_of(named) not in LEGACY_READS:
+        return tasks.filter(state=state)  # claim.v1's column: (namespace, state, created_at) in order
+    if named is not None and state == TaskState.COMMITTED:
+        return tasks.filter(read_state=state)  # a legacy-read namespace: dense, the ordered scan stops early
     incomplete = LegacyClaim.objects.filter(completed_by="").values("task_id")
     if state == TaskState.READY:
         candidates = (
