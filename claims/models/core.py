@@ -201,7 +201,11 @@ class StagedResult(models.Model):
 
     staged_result_id = models.UUIDField(primary_key=True, default=uuid.uuid4)
     task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="staged_results")
-    attempt = models.ForeignKey(Attempt, on_delete=models.PROTECT, related_name="staged_results")
+    # No database constraint: retention deletes a finished task's attempts and keeps its canonical result — the
+    # record of what was committed, which a repeat of the commit answers from (services/retention.py).
+    attempt = models.ForeignKey(
+        Attempt, on_delete=models.DO_NOTHING, related_name="staged_results", db_constraint=False
+    )
     result = models.JSONField()
     result_digest = models.CharField(max_length=71)
     staged_at = models.DateTimeField()

@@ -10,8 +10,8 @@ What is kept, whatever its age:
 - everything of a task another app asks to keep (``keep_tasks``: the rollout keeps tasks with a mismatch under
   review);
 - what /metrics has not folded yet (``MetricFold.through``): counters never go backwards;
-- the canonical result's attempt and staged result (the task's record of who committed what), and every attempt a
-  task row still names;
+- the canonical staged result (with the task row, the record of who committed what: a repeat of the commit answers
+  from the two);
 - namespace events (fences, resumes) and audit entries newer than their own windows.
 
 The window must exceed the rollout's (``ROLLOUT_WINDOW_SECONDS``), so a gate or coverage figure never loses a record
@@ -36,7 +36,6 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from .. import clock, interleave
 from ..models import (
     Attempt,
-    AttemptEnd,
     AuditEntry,
     Effect,
     EffectState,
@@ -136,8 +135,9 @@ def history_prune(*, budget_seconds: float = 30.0, batch: int | None = None) -> 
     1. Read the clock and the metric fold's watermark; the cutoff is now − RETENTION_SECONDS, and no record at or
        after the watermark is touched.
     2. Timeline events of prunable tasks, and namespace events, stamped before both.
-    3. Discarded attempts (not COMMITTED, not named by their task) of prunable tasks, ended before both — each with
-       its staged results, none of which is canonical (a canonical result's attempt is COMMITTED).
+    3. Staged results of prunable tasks that never became canonical, then every attempt of them ended before both.
+       The canonical staged result stays: with the task row it is the record of what was committed, and a repeat of
+       the commit answers from it (its attempt is read off the task row, never from the attempts table).
     4. Audit entries older than AUDIT_RETENTION_SECONDS.
 
     Each batch re-reads its conditions in its own transaction, so a task that came back to life (requeued, its input
@@ -164,18 +164,14 @@ def history_prune(*, budget_seconds: float = 30.0, batch: int | None = None) -> 
         )
 
     def attempts() -> QuerySet:
-        named = Task.objects.filter(pk=OuterRef("task_id"), attempt_id=OuterRef("attempt_id"))
-        return (
-            Attempt.objects.filter(ended_at__lt=counted, task_id__in=_prunable_tasks(cutoff).values("pk"))
-            .exclude(end_reason=AttemptEnd.COMMITTED)
-            .exclude(Exists(named))
-            .order_by("ended_at")
-        )
+        return Attempt.objects.filter(
+            ended_at__lt=counted, task_id__in=_prunable_tasks(cutoff).values("pk")
+        ).order_by("ended_at")
 
     def staged() -> QuerySet:
-        return StagedResult.objects.filter(canonical=False, attempt_id__in=attempts().values("pk")).order_by(
-            "staged_at"
-        )
+        return StagedResult.objects.filter(
+            canonical=False, staged_at__lt=cutoff, task_id__in=_prunable_tasks(cutoff).values("pk")
+        ).order_by("staged_at")
 
     audit_cutoff = now - timedelta(seconds=settings.AUDIT_RETENTION_SECONDS)
     of_tasks: list[tuple[str, Callable[[], QuerySet]]] = [

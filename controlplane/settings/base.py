@@ -308,7 +308,7 @@ ROLLOUT_MIN_SAMPLES = env_int("ROLLOUT_MIN_SAMPLES", 1000, minimum=1)
 ROLLOUT_MIN_COVERAGE_SAMPLES = env_int("ROLLOUT_MIN_COVERAGE_SAMPLES", 100, minimum=1)
 DRAIN_INTERVAL_SECONDS = env_int("DRAIN_INTERVAL_SECONDS", 15, minimum=1)
 WORKER_STALE_SECONDS = env_int("WORKER_STALE_SECONDS", 60, minimum=1)
-# Retention (docs/operations.md): timeline events, discarded attempts and the rollout's per-operation records older
+# Retention (docs/operations.md): timeline events, attempts and the rollout's per-operation records older
 # than this are deleted by the prune_history jobs, when nothing still needs them; 0 keeps everything. Longer than
 # the rollout window, so no gate or coverage figure loses a record it counts.
 RETENTION_SECONDS = env_int("RETENTION_SECONDS", 30 * 86400, minimum=0)

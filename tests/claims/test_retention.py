@@ -34,8 +34,10 @@ def test_a_finished_task_loses_its_timeline_and_discarded_attempts_and_the_rest_
     retention, anonymous, operator, worker_a, worker_b, ready_task, db_clock
 ):
     first = worker_a.claim(ready_task, ttl=5).json()
+    worker_a.stage(first, "a's")  # staged, never committed
     db_clock.travel(6)
-    worker_b.finish(worker_b.claim(ready_task).json(), "done")  # A's attempt is discarded (RECLAIMED)
+    winner = worker_b.claim(ready_task).json()
+    committed = worker_b.finish(winner, "done").json()  # A's attempt is discarded (RECLAIMED)
     live = operator.create().json()["task_id"]
     worker_a.claim(live, ttl=300)
     with_effect = operator.create().json()["task_id"]
@@ -49,14 +51,16 @@ def test_a_finished_task_loses_its_timeline_and_discarded_attempts_and_the_rest_
 
     pruned = history_prune()
 
-    assert pruned.events > 0 and pruned.attempts == 1 and pruned.audit_entries > 0 and not pruned.more
+    assert pruned.events > 0 and pruned.attempts == 2 and pruned.staged_results == 1 and not pruned.more
+    assert pruned.audit_entries > 0
     assert not TaskEvent.objects.filter(task_id=ready_task).exists()
-    assert list(Attempt.objects.filter(task_id=ready_task).values_list("end_reason", flat=True)) == [
-        "COMMITTED"
-    ]
-    assert not Attempt.objects.filter(attempt_id=first["attempt_id"]).exists()
-    assert StagedResult.objects.filter(task_id=ready_task, canonical=True).count() == 1
-    assert Task.objects.get(pk=ready_task).result == "done"  # the task's own record stays
+    assert not Attempt.objects.filter(task_id=ready_task).exists()
+    # The record of what was committed stays: the task row and its canonical result, and a repeat of the commit
+    # still answers as it did.
+    assert list(StagedResult.objects.filter(task_id=ready_task).values_list("canonical", flat=True)) == [True]
+    assert Task.objects.get(pk=ready_task).result == "done"
+    again = worker_b.commit(winner, "done")
+    assert again.status_code == 200 and again.json()["result_commit_id"] == committed["result_commit_id"]
     assert TaskEvent.objects.filter(task_id=live).exists()  # live: claimed, never finished
     assert TaskEvent.objects.filter(task_id=with_effect).exists()  # finished, but its effect is UNKNOWN
     assert Attempt.objects.filter(task_id=with_effect).exists()
