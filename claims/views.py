@@ -28,7 +28,7 @@ def home(request: HttpRequest) -> HttpResponse:
 @role_required("viewer")
 def tasks(request: HttpRequest) -> HttpResponse:
     q, state, ns = request.GET.get("q", "").strip(), request.GET.get("state", ""), request.GET.get("ns", "")
-    # Newest first, read backwards along an index (task_created, task_state_created, task_ns_…): a page of 200 costs
+    # Newest first, read backwards along an index (task_created, task_open_created, task_ns_…): a page of 200 costs
     # the same whatever the history. The search (q) is a substring match and scans what it must.
     rows = Task.objects.select_related("namespace").order_by("-created_at", "-task_id")
     if q:

@@ -41,10 +41,6 @@ class Migration(migrations.Migration):
             ],
         ),
         migrations.AddIndex(
-            model_name="attempt",
-            index=models.Index(fields=["ended_at"], name="attempt_ended_at"),
-        ),
-        migrations.AddIndex(
             model_name="effect",
             index=models.Index(
                 condition=models.Q(("state", "UNKNOWN")), fields=["namespace"], name="effect_unknown"

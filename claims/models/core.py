@@ -96,14 +96,21 @@ class Task(models.Model):
                 condition=Q(state="CLAIMED"),
                 name="task_claimed_lease",
             ),
-            # The list, oldest first (claim-v1.md §3), read in index order so a page stops after a page
-            # whatever the history: by namespace and state, by namespace, by state, or all.
-            models.Index(
-                fields=["namespace", "state", "created_at", "task_id"], name="task_ns_state_created"
-            ),
-            models.Index(fields=["namespace", "created_at", "task_id"], name="task_ns_created"),
-            models.Index(fields=["state", "created_at", "task_id"], name="task_state_created"),
+            # The list, oldest first (claim-v1.md §3), read in index order so a page stops after a page whatever
+            # the history: all tasks, or a namespace's; and the tasks not committed — sparse among old ones, and
+            # only their row versions are indexed, so a commit adds no entry — for a list by any other state.
+            # Every task update is a non-HOT update (its state changes), so each index here costs every claim and
+            # commit an entry: docs/benchmarks.md has the cost measured.
             models.Index(fields=["created_at", "task_id"], name="task_created"),
+            models.Index(fields=["namespace", "created_at", "task_id"], name="task_ns_created"),
+            models.Index(
+                fields=["created_at", "task_id"], condition=~Q(state="COMMITTED"), name="task_open_created"
+            ),
+            models.Index(
+                fields=["namespace", "created_at", "task_id"],
+                condition=~Q(state="COMMITTED"),
+                name="task_open_ns_created",
+            ),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=TaskState.values), name="task_state_valid"),
@@ -190,10 +197,8 @@ class Attempt(models.Model):
                 name="attempt_end_complete",
             ),
         ]
-        indexes = [
-            models.Index(fields=["namespace", "ended_at"], name="attempt_ns_live"),
-            models.Index(fields=["ended_at"], name="attempt_ended_at"),  # the metrics fold; retention
-        ]
+        # The metrics fold reads attempt ends by time through this too, one range per namespace (tallies.py).
+        indexes = [models.Index(fields=["namespace", "ended_at"], name="attempt_ns_live")]
 
 
 class StagedResult(models.Model):

@@ -31,5 +31,5 @@ def backwards(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("claims", "0013_task_list_indexes")]
+    dependencies = [("claims", "0012_metric_tallies")]
     operations = [migrations.RunPython(forwards, backwards)]

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("claims", "0015_jit_off"),
+        ("claims", "0014_jit_off"),
     ]
 
     operations = [

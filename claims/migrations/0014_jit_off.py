@@ -35,5 +35,5 @@ def backwards(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("claims", "0014_retention_may_delete")]
+    dependencies = [("claims", "0013_retention_may_delete")]
     operations = [migrations.RunPython(forwards, backwards)]
