@@ -1,6 +1,6 @@
-"""``pip install .`` alone, into a clean venv with no extras, runs the whole production profile: migrations, the
-production server (gunicorn + uvicorn workers, ready on /readyz) and a Celery worker that runs a job on Redis and
-on RabbitMQ — on each Python the project allows that this machine has (3.11, and pyenv's 3.12 and 3.13 when
+"""``pip install .`` alone, into a clean venv with no extras, runs the whole production profile on PostgreSQL:
+migrations, the production server (gunicorn + uvicorn workers, ready on /readyz) and a Celery worker that runs a job
+on Redis and on RabbitMQ — on each Python the project allows that this machine has (3.11, and pyenv's 3.12 and 3.13 when
 present). Before ``celery[redis]``/``kombu[redis]`` the Redis worker died here: ``No module named 'packaging'``.
 """
 
@@ -11,7 +11,8 @@ import re
 import socket
 import subprocess
 import sys
-import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -19,7 +20,7 @@ import httpx
 import pytest
 
 from deploy.topology import AppServer, celery
-from tests.support.processes import _redis_broker
+from tests.support.processes import _redis_broker, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 RABBITMQ_URL = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
@@ -59,13 +60,34 @@ def clean_venv(request, tmp_path_factory) -> Path:
     return venv
 
 
-def _env(venv: Path, tmp: Path, broker: str) -> dict[str, str]:
+@pytest.fixture
+def postgres_database() -> Iterator[str]:
+    """A PostgreSQL database of its own on the server DATABASE_URL names (CI's), dropped afterwards; the production
+    profile runs on PostgreSQL."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres"):
+        pytest.skip("needs DATABASE_URL=postgres://… (.ci/run sets one)")
+    import psycopg
+
+    parts = urlsplit(url)
+    name = f"clean_install_{uuid.uuid4().hex[:8]}"
+    admin = parts._replace(path="/postgres").geturl()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield parts._replace(path=f"/{name}").geturl()
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _env(venv: Path, database: str, broker: str) -> dict[str, str]:
     """Only the clean venv on PATH, the production settings, a database of its own."""
     return {
         "PATH": f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin",
         "HOME": os.environ.get("HOME", "/root"),
         "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-        "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
+        "DATABASE_URL": database,
         "CELERY_BROKER_URL": broker,
         "SECRET_KEY": "clean-install-" + "k" * 40 + "abcdefgh",
     }
@@ -73,7 +95,7 @@ def _env(venv: Path, tmp: Path, broker: str) -> dict[str, str]:
 
 @pytest.mark.timeout(900)
 def test_a_clean_install_without_extras_migrates_serves_and_runs_jobs_on_redis_and_rabbitmq(
-    clean_venv, tmp_path
+    clean_venv, postgres_database, tmp_path
 ):
     redis_url = _redis_broker()
     if redis_url is None:
@@ -86,7 +108,7 @@ def test_a_clean_install_without_extras_migrates_serves_and_runs_jobs_on_redis_a
     ).stdout
     assert "pytest" not in freeze and "ruff" not in freeze  # no dev tool came along to pull anything in
 
-    base = _env(clean_venv, tmp_path, redis_url)
+    base = _env(clean_venv, postgres_database, redis_url)
     for command in (["migrate", "--no-input", "-v", "0"], ["check", "--fail-level", "ERROR"]):
         done = subprocess.run(
             [python, "manage.py", *command], cwd=ROOT, env=base, capture_output=True, text=True
@@ -104,7 +126,7 @@ def test_a_clean_install_without_extras_migrates_serves_and_runs_jobs_on_redis_a
         env = {**base, "CELERY_BROKER_URL": broker}
         worker = celery(tmp_path, env, f"clean-{name}", python=python).start()
         try:
-            assert _wait(lambda w=worker: "ready." in w.log() or not w.alive(), 60), worker.log()[-3000:]
+            assert wait_for(lambda w=worker: "ready." in w.log() or not w.alive(), 60), worker.log()[-3000:]
             assert worker.alive(), worker.log()[-3000:]
             sent = subprocess.run(
                 [
@@ -121,15 +143,6 @@ def test_a_clean_install_without_extras_migrates_serves_and_runs_jobs_on_redis_a
             )
             job = sent.stdout.strip().splitlines()[-1]
             done_line = re.compile(rf"Task claims\.reap_expired_leases\[{job}\] succeeded")
-            assert _wait(lambda w=worker, d=done_line: bool(d.search(w.log())), 60), worker.log()[-3000:]
+            assert wait_for(lambda w=worker, d=done_line: bool(d.search(w.log())), 60), worker.log()[-3000:]
         finally:
             worker.stop()
-
-
-def _wait(predicate, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False

@@ -415,12 +415,14 @@ def _decided_while_the_stage_changes(request, namespace: str, to_stage: str, *, 
     """Run ``request``; while it waits on the namespace lock (after ``paused_at``, if given), a stage change to
     ``to_stage`` commits. Returns the answer."""
     pause = Pause(paused_at) if paused_at else None
-    thread, box = run_in_thread(request)
     if pause:
+        thread, box = run_in_thread(request)
         pause.wait_reached()
     with row_locked(_STAGE_WRITER, [namespace, to_stage]):
         if pause:
             pause.resume()
+        else:  # started under the held lock: it cannot pass the lock before the stage writer holds it (CI saw that)
+            thread, box = run_in_thread(request)
         wait_for_lock_waiters(1)
     thread.join(30)
     assert "error" not in box, box
