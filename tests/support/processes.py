@@ -64,9 +64,12 @@ class CeleryWorkers:
     fill and stall it."""
 
     def __init__(self, broker: str, log_dir: Path):
+        from django.conf import settings
+
         self.env = {
             **os.environ,
-            "DJANGO_SETTINGS_MODULE": "controlplane.settings.test",
+            # the suite's own settings: the whole control plane, or the core alone (its database has no rollout tables)
+            "DJANGO_SETTINGS_MODULE": settings.SETTINGS_MODULE,
             "DATABASE_URL": process_database_url(),
             "CELERY_BROKER_URL": broker,
             "CELERY_TASK_ALWAYS_EAGER": "false",
