@@ -128,3 +128,31 @@ def next_lease_expiry(*, namespace: str) -> datetime | None:
         .values_list("lease_expires_at", flat=True)
         .first()
     )
+
+
+AUDIT_PAGE = 100
+
+
+def audit_entries(
+    *, namespace: str = "", action: str = "", principal: str = "", before: int | None = None
+) -> tuple[list[AuditEntry], int | None]:
+    """A page of the audit log, newest first, filtered by namespace, action and principal (exact), and the id to
+    pass as ``before`` for the next older page (None at the end). Keyset on the id: a page costs the same however
+    long the log."""
+    rows = AuditEntry.objects.order_by("-id")
+    if namespace:
+        rows = rows.filter(namespace=namespace)
+    if action:
+        rows = rows.filter(action=action)
+    if principal:
+        rows = rows.filter(principal=principal)
+    if before is not None:
+        rows = rows.filter(id__lt=before)
+    page = list(rows[: AUDIT_PAGE + 1])
+    older = page[AUDIT_PAGE - 1].id if len(page) > AUDIT_PAGE else None
+    return page[:AUDIT_PAGE], older
+
+
+def audit_actions() -> list[str]:
+    """The actions the audit log has recorded, for the filter's choices."""
+    return sorted(AuditEntry.objects.order_by().values_list("action", flat=True).distinct())

@@ -8,13 +8,24 @@ from html import escape
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import HttpRequest, HttpResponse
+from django.template.loader import render_to_string
 
 from .errors import ClaimError
 from .models import Principal
 from .services.principals import principal_for_user, ui_role
 
 _RANK = {"viewer": 0, "operator": 1, "oncall": 2}
+
+
+def error_page(status: int, title: str, detail: str) -> HttpResponse:
+    """The console's styled error page. It stands alone — no user, no session, no database — because a 500 may
+    come from the database itself; if even the template fails, plain text."""
+    try:
+        body = render_to_string("errors/page.html", {"status": status, "title": title, "detail": detail})
+    except Exception:  # noqa: BLE001 - an error page must answer whatever else is broken
+        return HttpResponse(f"{status} {title}: {detail}\n", status=status, content_type="text/plain")
+    return HttpResponse(body, status=status)
 
 
 def role_required(role: str) -> Callable:
@@ -25,8 +36,10 @@ def role_required(role: str) -> Callable:
         @wraps(view)
         def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
             if _RANK[ui_role(request.user)] < _RANK[role]:
-                return HttpResponseForbidden(
-                    f"Your role ({ui_role(request.user)}) may not do this; it needs {role}."
+                return error_page(
+                    403,
+                    "Not allowed",
+                    f"Your role ({ui_role(request.user)}) may not do this; it needs {role}.",
                 )
             return view(request, *args, **kwargs)
 

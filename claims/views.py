@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from . import clock, services
+from . import clock, selectors, services
 from .errors import ClaimError
 from .models import Effect, EffectState, Task, TaskState
 from .services.principals import ui_role
@@ -110,3 +110,26 @@ def effect_approve(request: HttpRequest, effect_id: str) -> HttpResponse:
     except ClaimError as exc:
         report(request, exc)
     return redirect("console:effects")
+
+
+@role_required("operator")
+def audit(request: HttpRequest) -> HttpResponse:
+    """Every audited action — fences from the console, the API, the CLI, a rollback or a job; resumes, overrides,
+    waivers, reviews, reconciles, approvals — with principal, reason and time; filtered by namespace, action and
+    principal; newest first, a page at a time (``before``)."""
+    filters = {key: request.GET.get(key, "").strip() for key in ("namespace", "action", "principal")}
+    raw_before = request.GET.get("before", "")
+    before = int(raw_before) if raw_before.isdigit() else None
+    entries, older = selectors.audit_entries(**filters, before=before)
+    return render(
+        request,
+        "claims/audit.html",
+        _ctx(
+            request,
+            entries=entries,
+            older=older,
+            filters=filters,
+            actions=selectors.audit_actions(),
+            taken_at=clock.now(),
+        ),
+    )

@@ -1,4 +1,4 @@
-"""The console's pages that belong to the claim.v1 core: tasks and effects. The whole console
+"""The console's pages that belong to the claim.v1 core: tasks, effects and the audit log. The whole console
 (controlplane/console_urls.py) adds the rollout's pages to these."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ core_pages = [
     path("tasks/", claim_views.tasks, name="tasks"),
     path("tasks/<task_id:task_id>", claim_views.task_detail, name="task"),
     path("effects/", claim_views.effects, name="effects"),
+    path("audit/", claim_views.audit, name="audit"),
     path("effects/<effect_id:effect_id>/reconcile", claim_views.effect_reconcile, name="effect-reconcile"),
     path("effects/<effect_id:effect_id>/approve", claim_views.effect_approve, name="effect-approve"),
 ]

@@ -14,6 +14,7 @@ from . import handlers, health
 handler400 = handlers.bad_request
 handler404 = handlers.not_found
 handler500 = handlers.server_error
+handler403 = handlers.forbidden
 
 # The whole control plane: the core's own endpoints, and the rollout wrapping the core — its views serve the
 # worker operations, task reads and namespace reads (routed by stage), in place of the core's views for those

@@ -15,6 +15,7 @@ from . import handlers, health
 handler400 = handlers.bad_request
 handler404 = handlers.not_found
 handler500 = handlers.server_error
+handler403 = handlers.forbidden
 
 urlpatterns = [
     path("", include("controlplane.console_core_urls")),

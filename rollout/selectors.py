@@ -5,6 +5,7 @@ figure means the same everywhere. Nothing here writes."""
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -173,38 +174,109 @@ def mismatch_counts(namespace: Namespace) -> dict[str, int]:
     return {"open": by.get(MismatchStatus.OPEN, 0), "bug": by.get(MismatchStatus.BUG, 0)}
 
 
-def drain_counts(
-    namespace: Namespace, *, pool: str | None = None, now: datetime | None = None
-) -> dict[str, int]:
-    """Live leases (claim.v1 attempts unexpired and not fenced, plus legacy-API claims unexpired and not
-    completed), UNKNOWN effects, and staged results of live attempts not yet committed — of one pool or all."""
+@dataclass(frozen=True)
+class Lease:
+    """One live lease: a claim.v1 attempt unexpired and not fenced, or a claim granted through the legacy API
+    unexpired and not completed."""
+
+    namespace: str
+    task_id: str
+    owner_id: str
+    pool: str
+    via: str  # "claim.v1" | "legacy"
+
+
+def live_leases(namespace: Namespace, *, pool: str | None = None, now: datetime | None = None) -> list[Lease]:
+    """The namespace's live leases — of one pool or all. The one definition the drain, its gate and the Pools page
+    count: as many as the live work, whatever the history."""
     now = now or clock.now()
     live = Task.objects.filter(
         namespace=namespace,
         state=TaskState.CLAIMED,
         lease_expires_at__gt=now,
-        scheduler_epoch=namespace.scheduler_epoch,
+        scheduler_epoch=namespace.scheduler_epoch,  # a fence ended every lease granted before it
     )
-    live_attempts = Attempt.objects.filter(attempt_id__in=live.values("attempt_id"))
+    attempts = Attempt.objects.filter(attempt_id__in=live.values("attempt_id"))
     if pool is not None:
-        live_attempts = live_attempts.filter(pool=pool)
+        attempts = attempts.filter(pool=pool)
+    leases = [
+        Lease(namespace.name, task_id, owner, attempt_pool, "claim.v1")
+        for task_id, owner, attempt_pool in attempts.values_list("task_id", "owner_id", "pool")
+    ]
     # Legacy-API claims, once: not claim.v1's own decisions written through, and not a claim that also lives in
     # claim.v1 as the same owner's live attempt (imported on entering SHADOW, or mirrored) — counted above.
     v1_holders = set(live.values_list("task_id", "owner_id"))
-    legacy_live = [
-        row
+    leases += [
+        Lease(namespace.name, row.task_id, row.owner_id, row.pool, "legacy")
         for row in legacy_store().live_claims(namespace=namespace.name, now=now, pool=pool)
         if row.via == "legacy" and (row.task_id, row.owner_id) not in v1_holders
     ]
+    return leases
+
+
+def drain_counts(
+    namespace: Namespace, *, pool: str | None = None, now: datetime | None = None
+) -> dict[str, int]:
+    """Live leases (``live_leases``), UNKNOWN effects, and staged results of live attempts not yet committed — of
+    one pool or all."""
+    now = now or clock.now()
+    leases = live_leases(namespace, pool=pool, now=now)
+    live_attempts = Attempt.objects.filter(
+        attempt_id__in=Task.objects.filter(
+            namespace=namespace,
+            state=TaskState.CLAIMED,
+            lease_expires_at__gt=now,
+            scheduler_epoch=namespace.scheduler_epoch,
+        ).values("attempt_id")
+    )
+    if pool is not None:
+        live_attempts = live_attempts.filter(pool=pool)
     unknown = Effect.objects.filter(namespace=namespace, state=EffectState.UNKNOWN)
     if pool is not None:
         unknown = unknown.filter(task__attempts__pool=pool).distinct()
     awaiting = StagedResult.objects.filter(canonical=False, attempt_id__in=live_attempts.values("attempt_id"))
     return {
-        "active_leases": live_attempts.count() + len(legacy_live),
+        "active_leases": len(leases),
         "unknown_effects": unknown.count(),
         "awaiting_commit": awaiting.count(),
     }
+
+
+def worker_is_stale(registration: WorkerRegistration, now: datetime) -> bool:
+    """No heartbeat within WORKER_STALE_SECONDS: the one staleness the gate, the API and the console use."""
+    return registration.last_heartbeat < now - timedelta(seconds=settings.WORKER_STALE_SECONDS)
+
+
+def pools_page(now: datetime | None = None) -> dict[str, Any]:
+    """What the Pools page shows: every registration with the live leases its worker holds in its namespace, and
+    per namespace and pool the live leases held (``live_leases``: the drain's figure, legacy leases included)."""
+    now = now or clock.now()
+    held: dict[tuple[str, str], int] = {}
+    by_pool: dict[tuple[str, str], dict[str, int]] = {}
+    for ns in Namespace.objects.order_by("name"):
+        for lease in live_leases(ns, now=now):
+            held[(lease.namespace, lease.owner_id)] = held.get((lease.namespace, lease.owner_id), 0) + 1
+            counts = by_pool.setdefault((lease.namespace, lease.pool), {"claim.v1": 0, "legacy": 0})
+            counts[lease.via] += 1
+    workers = [
+        {
+            "reg": reg,
+            "held": held.get((reg.namespace, reg.principal), 0),
+            "stale": worker_is_stale(reg, now),
+        }
+        for reg in WorkerRegistration.objects.order_by("namespace", "pool", "principal")
+    ]
+    pools = [
+        {
+            "namespace": ns,
+            "pool": pool or "—",
+            "v1": c["claim.v1"],
+            "legacy": c["legacy"],
+            "total": sum(c.values()),
+        }
+        for (ns, pool), c in sorted(by_pool.items())
+    ]
+    return {"workers": workers, "pools": pools, "taken_at": now, "stale_after": settings.WORKER_STALE_SECONDS}
 
 
 def fresh_v1_workers(namespace: Namespace, now: datetime | None = None) -> int:

@@ -21,7 +21,6 @@ from claims.models import (
     Namespace,
     Task,
     TaskEvent,
-    TaskState,
 )
 from claims.services.principals import ui_role
 from claims.ui import acting, bar_chart, report, role_required
@@ -39,7 +38,6 @@ from .models import (
     Rollback,
     Stage,
     StageChange,
-    WorkerRegistration,
 )
 from .services import fences, stages
 from .services.reviews import explain_rule_create, mismatch_review
@@ -286,21 +284,7 @@ def mismatch_mark(request: HttpRequest, mismatch_id: int) -> HttpResponse:
 
 @role_required("viewer")
 def pools(request: HttpRequest) -> HttpResponse:
-    now = clock.now()
-    held = Counter(
-        Task.objects.filter(state=TaskState.CLAIMED, lease_expires_at__gt=now).values_list(
-            "owner_id", flat=True
-        )
-    )
-    rows = [
-        {
-            "reg": reg,
-            "held": held.get(reg.principal, 0),
-            "stale": reg.last_heartbeat < now - timedelta(seconds=60),
-        }
-        for reg in WorkerRegistration.objects.order_by("pool", "principal")
-    ]
-    return render(request, "rollout/pools.html", _ctx(request, rows=rows))
+    return render(request, "rollout/pools.html", _ctx(request, **selectors.pools_page()))
 
 
 @role_required("viewer")

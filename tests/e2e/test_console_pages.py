@@ -1,0 +1,81 @@
+"""The console's audit page, Pools numbers and error pages in a real browser (issue 14 items 6, 8, 9): filter the
+audit log to one action and one principal; read a pool's live leases; an unknown address and a refused role answer
+styled pages that fit a 390 px screen."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+
+from claims.models import AuditEntry
+from tests.e2e.test_console import log_in, ui_user
+from tests.support.actors import ensure_default_namespace, make_actor
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+def test_the_audit_page_filters_by_action_and_principal(page, live_server, shot):
+    ensure_default_namespace()
+    ui_user("oscar", "oncall")
+    api_oncall, other = make_actor("ona-oncall", "oncall"), make_actor("otto-oncall", "oncall")
+    assert api_oncall.post("/namespaces/default/fence", {"reason": "stale writers (API)"}).status_code == 200
+    assert api_oncall.post("/namespaces/default/resume", {"reason": "writers gone"}).status_code == 200
+    call_command("fence", "default", reason="drill from the terminal", principal=other.name)
+
+    log_in(page, live_server, "oscar")
+    page.get_by_role("link", name="Audit").click()
+    assert page.locator("#audit tbody tr").count() == AuditEntry.objects.count() >= 3
+    page.get_by_label("Action").select_option("epoch_fence")
+    page.get_by_label("Principal").fill("ona-oncall")
+    page.get_by_role("button", name="Filter").click()
+
+    rows = page.locator("#audit tbody tr")
+    assert rows.count() == 1
+    assert "stale writers (API)" in rows.first.inner_text() and "ona-oncall" in rows.first.inner_text()
+    assert "principal=ona-oncall" in page.url and "action=epoch_fence" in page.url
+    page.get_by_label("Principal").fill("")
+    page.get_by_role("button", name="Filter").click()
+    assert page.locator("#audit tbody tr").count() == 2  # both fences, API and CLI
+    shot(page, "13-audit")
+
+
+def test_the_pools_page_shows_live_leases_per_namespace_and_pool(page, live_server, shot):
+    ensure_default_namespace()
+    ui_user("vic", "viewer")
+    operator, worker = make_actor("api-operator", "operator"), make_actor("pia-v1", "worker", "v1")
+    worker.post(
+        "/workers/register", {"protocol": "claim.v1", "binary_version": "2.4", "namespace": "default"}
+    )
+    for _ in range(2):
+        worker.claim(operator.create().json()["task_id"])
+
+    log_in(page, live_server, "vic")
+    page.get_by_role("link", name="Pools").click()
+
+    assert page.locator("#pool-leases tbody tr").first.inner_text().split() == [
+        "default",
+        "v1",
+        "2",
+        "0",
+        "2",
+    ]
+    assert "pia-v1" in page.locator("#workers").inner_text()
+    shot(page, "15-pools")
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_error_pages_are_styled_and_fit_the_screen(page, live_server, shot, width):
+    ensure_default_namespace()
+    ui_user("vic", "viewer")
+    page.set_viewport_size({"width": width, "height": 800})
+    log_in(page, live_server, "vic")
+
+    missing = page.goto(f"{live_server.url}/no/such/page/")
+    assert missing.status == 404 and page.get_by_role("heading", name="404 · Not found").is_visible()
+    fits = page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    refused = page.goto(f"{live_server.url}/audit/")
+
+    assert refused.status == 403 and "it needs operator" in page.locator("main").inner_text()
+    assert fits and page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    if width == 390:
+        shot(page, "14-forbidden-390px")
