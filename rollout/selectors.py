@@ -18,6 +18,7 @@ from claims.errors import NotFound
 from claims.models import (
     AcceptancePoint,
     Attempt,
+    AuditEntry,
     Effect,
     EffectState,
     Namespace,
@@ -34,6 +35,7 @@ from .models import (
     ComparedOperation,
     CoverageWaiver,
     DrainSnapshot,
+    FenceRequest,
     GateEvaluation,
     LegacyClaim,
     Mismatch,
@@ -459,3 +461,51 @@ def pools() -> list[dict[str, Any]]:
     for reg in WorkerRegistration.objects.order_by("pool", "principal"):
         by_pool.setdefault(reg.pool or "", []).append(reg)
     return [{"pool": pool, "workers": regs} for pool, regs in by_pool.items()]
+
+
+def fence_history(namespace: str, *, limit: int = 10) -> list[dict[str, Any]]:
+    """The namespace's epoch fences, newest first — from the console, the API, the CLI, a rollback or a job: every
+    one is audited as ``epoch_fence`` — with the console's requests that have not fenced yet, and beside a requested
+    fence its self-check (pending until its job has checked)."""
+    requests = {
+        str(r.fence_id): r
+        for r in FenceRequest.objects.filter(namespace=namespace).order_by("-requested_at")[:limit]
+    }
+    rows: list[dict[str, Any]] = [
+        {
+            "at": r.requested_at,
+            "principal": r.principal,
+            "reason": r.reason,
+            "epoch": None,
+            "hold": "",
+            "request": r,
+            "fenced_attempts": None,
+        }
+        for r in requests.values()
+        if r.scheduler_epoch is None
+    ]
+    fences = AuditEntry.objects.filter(namespace=namespace, action="epoch_fence").order_by("-id")[:limit]
+    for entry in fences:
+        request = (
+            requests.get(entry.target.removeprefix("fence:")) if entry.target.startswith("fence:") else None
+        )
+        rows.append(
+            {
+                "at": entry.at,
+                "principal": entry.principal,
+                "reason": entry.reason,
+                "epoch": entry.detail.get("scheduler_epoch"),
+                "hold": entry.detail.get("hold", ""),
+                "request": request,
+                "fenced_attempts": entry.detail.get("fenced_attempts"),
+            }
+        )
+    rows.sort(key=lambda row: row["at"], reverse=True)
+    return rows[:limit]
+
+
+def snapshot_is_stale(snapshot: DrainSnapshot | None, now: datetime) -> bool:
+    """Older than two drain intervals: the drain_check job has not run lately, the figures may be out of date."""
+    return snapshot is not None and snapshot.taken_at < now - timedelta(
+        seconds=2 * settings.DRAIN_INTERVAL_SECONDS
+    )

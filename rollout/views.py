@@ -28,7 +28,6 @@ from claims.ui import acting, bar_chart, report, role_required
 from . import selectors
 from .models import (
     DrainSnapshot,
-    FenceRequest,
     GateEvaluation,
     LegacyClaim,
     LegacyEvent,
@@ -70,18 +69,26 @@ def overview(request: HttpRequest) -> HttpResponse:
     return render(request, "rollout/overview.html", _ctx(request, rows=rows))
 
 
+# How often a live region asks again (htmx ``every``): a pending fence shows its new epoch within this.
+LIVE_REFRESH_SECONDS = 3
+
+
 def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
     stage = selectors.stage_of(ns)
     gate = selectors.last_gate(ns, stage)
     order = selectors.ORDER
     here = order.index(stage)
     steps = [{"stage": stage, "done": i < here, "current": i == here} for i, stage in enumerate(order)]
+    now = clock.now()
     drains = {
         label: DrainSnapshot.objects.filter(namespace=ns.name, pool=pool).order_by("-taken_at").first()
         for label, pool in (("legacy pool", "legacy"), ("whole namespace", ""))
     }
-    fence_requests = FenceRequest.objects.filter(namespace=ns.name).order_by("-requested_at")[:5]
+    stale_drains = {label for label, snap in drains.items() if selectors.snapshot_is_stale(snap, now)}
     return {
+        "taken_at": now,
+        "refresh_seconds": LIVE_REFRESH_SECONDS,
+        "stale_drains": stale_drains,
         "ns": ns,
         "steps": steps,
         "gate": gate,
@@ -92,7 +99,8 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         "coverage": selectors.coverage(ns),
         "drains": drains,
         "rollback": Rollback.objects.filter(namespace=ns.name).order_by("-started_at").first(),
-        "fences": fence_requests,
+        "open_rollback": selectors.open_rollback(ns.name),
+        "fences": selectors.fence_history(ns.name),
         "changes": StageChange.objects.filter(namespace=ns.name).order_by("-at")[:10],
         "last_gates": [
             GateEvaluation.objects.filter(namespace=ns.name, move=f"{a} → {b}").order_by("-at").first()
@@ -104,8 +112,13 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
 
 @role_required("viewer")
 def rollout_page(request: HttpRequest, ns: str) -> HttpResponse:
+    """The namespace's rollout page; ``?part=live`` (htmx polls it) renders only the live region — stage, epoch,
+    pause, gate, drain, rollback, fences — so the forms below keep what an operator is typing."""
     namespace = get_object_or_404(Namespace, name=ns)
-    return render(request, "rollout/rollout.html", _ctx(request, **_rollout_context(request, namespace)))
+    context = _ctx(request, **_rollout_context(request, namespace))
+    if request.GET.get("part") == "live":
+        return render(request, "rollout/_live.html", context)
+    return render(request, "rollout/rollout.html", context)
 
 
 @role_required("operator")

@@ -1,0 +1,78 @@
+"""The namespace page's live region (issue 14 item 1): ``?part=live`` answers the region alone — what htmx polls —
+with the time its data was taken; the Fences table has every fence, whatever path made it; a stale drain snapshot
+is marked; the forward gate and Advance are hidden while a rollback is under way."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.core.management import call_command
+
+from claims import clock
+from rollout.models import DrainSnapshot
+from rollout.tasks import gate_check
+from tests.console.test_pages import login
+from tests.support.actors import make_actor
+
+
+def test_the_live_region_answers_alone_with_the_time_its_data_was_taken(oncall, default_namespace):
+    viewer = login("viewer")
+    assert oncall.post("/namespaces/default/fence", {"reason": "from the API"}).status_code == 200
+
+    region = viewer.get("/ns/default/", {"part": "live"})
+    page = viewer.get("/ns/default/")
+
+    assert region.status_code == 200 and b"<html" not in region.content
+    assert b'id="live"' in region.content and b'hx-trigger="every 3s"' in region.content
+    assert b'<strong id="epoch">2</strong>' in region.content and b"data taken at" in region.content
+    assert b'id="fence-form"' not in region.content  # the forms stay out of the region: typing is never lost
+    assert b'id="live"' in page.content and b"htmx-2.0.11.min.js" in page.content
+
+
+def test_the_fences_table_lists_fences_from_the_api_the_cli_and_the_console(oncall, default_namespace):
+    oncall_ui = login("oncall")
+    assert oncall.post("/namespaces/default/fence", {"reason": "from the API"}).status_code == 200
+    call_command("fence", "default", reason="from the CLI", principal=oncall.name)
+    oncall_ui.post("/ns/default/fence", {"reason": "from the console", "confirm": "default"})
+
+    fences = oncall_ui.get("/ns/default/", {"part": "live"}).context["fences"]
+
+    assert [(f["reason"], f["epoch"]) for f in fences] == [
+        ("from the console", 4),
+        ("from the CLI", 3),
+        ("from the API", 2),
+    ]
+    assert fences[0]["request"].self_check["ok"] and fences[2]["request"] is None
+
+
+def test_a_drain_snapshot_older_than_two_intervals_is_marked_stale(default_namespace, settings):
+    settings.DRAIN_INTERVAL_SECONDS = 15
+    DrainSnapshot.objects.create(
+        namespace="default", pool="", active_leases=0, unknown_effects=0, awaiting_commit=0,
+        is_clean=True, clean_streak=1, taken_at=clock.now() - timedelta(seconds=31),
+    )  # fmt: skip
+
+    region = login("viewer").get("/ns/default/", {"part": "live"})
+
+    assert region.context["stale_drains"] == {"whole namespace"}
+    assert b"stale: the drain check has not run lately" in region.content
+
+
+def test_during_a_rollback_the_forward_gate_and_advance_are_hidden(operator, oncall):
+    assert operator.post("/namespaces", {"name": "rolling", "stage": "SHADOW"}).status_code == 201
+    claimant = operator.create(namespace="rolling").json()["task_id"]
+    legacy = make_actor("lee-legacy", "worker", "legacy")
+    legacy.client.post(
+        f"/api/legacy/tasks/{claimant}/claim", {"owner_id": legacy.name, "ttl_seconds": 300}, format="json"
+    )
+    gate_check("rolling")  # the SHADOW → V1_READS gate has a recorded evaluation to show (or hide)
+    assert b'id="gate"' in login("viewer").get("/ns/rolling/", {"part": "live"}).content
+    started = oncall.post(
+        "/namespaces/rolling/rollout/rollback", {"to_stage": "LEGACY", "reason": "bad shadow"}
+    )
+    assert started.status_code == 202, started.content  # waits for the legacy lease to drain
+
+    region = login("operator").get("/ns/rolling/", {"part": "live"})
+
+    assert b'id="rollback-open"' in region.content
+    assert b'id="advance-link"' not in region.content and b'id="gate"' not in region.content

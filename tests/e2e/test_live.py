@@ -1,0 +1,39 @@
+"""The namespace page updates itself (issue 14 item 1), in Chromium: a fence requested elsewhere shows as pending,
+then as the new epoch with its self-check when its job runs — with no reload (a marker set in the page survives)
+and without losing what the on-call engineer is typing in the fence form."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from claims.models import Principal
+from rollout.services import fences
+from tests.e2e.test_console import log_in, ui_user
+from tests.support.actors import ensure_default_namespace, make_actor
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+def test_a_fence_made_elsewhere_shows_on_the_open_page_without_a_reload(page, live_server, shot):
+    ensure_default_namespace()
+    ui_user("oscar", "oncall")
+    elsewhere = make_actor("ona-oncall", "oncall")
+    log_in(page, live_server, "oscar")
+    page.goto(f"{live_server.url}/ns/default/")
+    page.evaluate("window.__notReloaded = true")
+    page.locator("#fence-reason").fill("typing, not submitted")
+    expect(page.locator("#epoch")).to_have_text("1")
+
+    request = fences.fence_request(
+        principal=Principal.objects.get(name=elsewhere.name), namespace="default", reason="requested elsewhere"
+    )
+    expect(page.locator("#fences")).to_contain_text("waiting for its job", timeout=10_000)
+    fences.fence_run(fence_id=request.pk)  # the job runs
+
+    expect(page.locator("#epoch")).to_have_text("2", timeout=10_000)
+    expect(page.locator("#paused")).to_have_text("PAUSED")
+    expect(page.locator("#fences tbody tr").first).to_contain_text("✓", timeout=10_000)
+    assert page.evaluate("window.__notReloaded") is True
+    assert page.locator("#fence-reason").input_value() == "typing, not submitted"
+    shot(page, "16-live-fence")
