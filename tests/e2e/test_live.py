@@ -26,7 +26,9 @@ def test_a_fence_made_elsewhere_shows_on_the_open_page_without_a_reload(page, li
     expect(page.locator("#epoch")).to_have_text("1")
 
     request = fences.fence_request(
-        principal=Principal.objects.get(name=elsewhere.name), namespace="default", reason="requested elsewhere"
+        principal=Principal.objects.get(name=elsewhere.name),
+        namespace="default",
+        reason="requested elsewhere",
     )
     expect(page.locator("#fences")).to_contain_text("waiting for its job", timeout=10_000)
     fences.fence_run(fence_id=request.pk)  # the job runs
