@@ -509,3 +509,42 @@ def snapshot_is_stale(snapshot: DrainSnapshot | None, now: datetime) -> bool:
     return snapshot is not None and snapshot.taken_at < now - timedelta(
         seconds=2 * settings.DRAIN_INTERVAL_SECONDS
     )
+
+
+def incident(namespace: Namespace, now: datetime | None = None) -> dict[str, Any]:
+    """What an on-call engineer needs first about a namespace: its stage and epoch; if claims are paused, since when,
+    by whom and why (the fence that paused them); the rollback under way, its step and what its drain waits on; and
+    whether the jobs run — fence requests waiting past FENCE_RESEND_AFTER_SECONDS, or a drain snapshot older than two
+    drain intervals, mean the job queue or beat is not keeping up."""
+    now = now or clock.now()
+    paused_by = None
+    if namespace.claims_paused:
+        paused_by = (
+            AuditEntry.objects.filter(namespace=namespace.name, action="epoch_fence").order_by("-id").first()
+        )
+    rollback = open_rollback(namespace.name)
+    waiting = list(
+        FenceRequest.objects.filter(namespace=namespace.name, finished_at__isnull=True).values_list(
+            "requested_at", flat=True
+        )
+    )
+    oldest_wait = age_seconds(min(waiting), now) if waiting else None
+    snapshot = last_snapshot(namespace.name)
+    snapshot_age = age_seconds(snapshot.taken_at, now) if snapshot else None
+    behind = []
+    if oldest_wait is not None and oldest_wait > settings.FENCE_RESEND_AFTER_SECONDS:
+        behind.append(f"a fence request has waited {oldest_wait:.0f} s for its job")
+    if snapshot is not None and snapshot_is_stale(snapshot, now):
+        behind.append(f"the last drain check ran {snapshot_age:.0f} s ago")
+    return {
+        "stage": stage_of(namespace),
+        "epoch": namespace.scheduler_epoch,
+        "paused": namespace.claims_paused,
+        "hold": namespace.pause_hold,
+        "paused_by": paused_by,
+        "rollback": rollback,
+        "rollback_waits_on": drain_now(namespace) if rollback else None,
+        "fences_waiting": len(waiting),
+        "jobs_behind": behind,
+        "last_drain_check_age": snapshot_age,
+    }

@@ -100,6 +100,7 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         "drains": drains,
         "rollback": Rollback.objects.filter(namespace=ns.name).order_by("-started_at").first(),
         "open_rollback": selectors.open_rollback(ns.name),
+        "incident": selectors.incident(ns, now),
         "fences": selectors.fence_history(ns.name),
         "changes": StageChange.objects.filter(namespace=ns.name).order_by("-at")[:10],
         "last_gates": [
@@ -165,34 +166,47 @@ def rollback(request: HttpRequest, ns: str) -> HttpResponse:
     return redirect("console:rollout", ns=ns)
 
 
-@require_POST
 @role_required("oncall")
 def fence(request: HttpRequest, ns: str) -> HttpResponse:
-    """Reason required and the namespace's name typed to confirm; runs the fence job (with its self-check)."""
-    reason = request.POST.get("reason", "").strip()
-    if not reason:
-        messages.error(request, "A fence needs a reason.")
-    elif request.POST.get("confirm", "").strip() != ns:
-        messages.error(request, f"Type the namespace's name ({ns}) to confirm the fence.")
-    else:
-        try:
-            requested = fences.fence_request(principal=acting(request), namespace=ns, reason=reason)
-        except ClaimError as exc:
-            report(request, exc)
-            return redirect("console:rollout", ns=ns)
-        try:
-            fence_epoch.delay(ns, reason, requested.principal, str(requested.fence_id))
-            messages.success(
-                request,
-                "Fence requested. The new epoch and the self-check appear under Fences when its job finishes.",
-            )
-        except OperationalError:
-            # The broker is down: the request is kept, and resend_fences sends it when the queue is back.
-            messages.warning(
-                request,
-                "Fence recorded, but the job queue is unreachable: it runs when the queue is back. To fence now, "
-                f"run `python manage.py fence {ns} --reason … --as <oncall>` on a server.",
-            )
+    """GET: the fence form on a page of its own, under the incident header (one step from the overview and from
+    every namespace page). POST: reason required and the namespace's name typed to confirm — a mistake answers the
+    form again with the error beside its field and what was typed kept — then the fence job (with its self-check)."""
+    namespace = get_object_or_404(Namespace, name=ns)
+    typed = {
+        "reason": request.POST.get("reason", "").strip(),
+        "confirm": request.POST.get("confirm", "").strip(),
+    }
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        if not typed["reason"]:
+            errors["reason"] = "A fence needs a reason: it goes to the audit log."
+        if typed["confirm"] != ns:
+            errors["confirm"] = f"Type the namespace's name, {ns}, exactly."
+        if not errors:
+            return _fence_requested(request, ns, typed["reason"])
+    context = _ctx(request, ns=namespace, incident=selectors.incident(namespace), typed=typed, errors=errors)
+    return render(request, "rollout/fence.html", context, status=400 if errors else 200)
+
+
+def _fence_requested(request: HttpRequest, ns: str, reason: str) -> HttpResponse:
+    try:
+        requested = fences.fence_request(principal=acting(request), namespace=ns, reason=reason)
+    except ClaimError as exc:
+        report(request, exc)
+        return redirect("console:rollout", ns=ns)
+    try:
+        fence_epoch.delay(ns, reason, requested.principal, str(requested.fence_id))
+        messages.success(
+            request,
+            "Fence requested. The new epoch and the self-check appear under Fences when its job finishes.",
+        )
+    except OperationalError:
+        # The broker is down: the request is kept, and resend_fences sends it when the queue is back.
+        messages.warning(
+            request,
+            "Fence recorded, but the job queue is unreachable: it runs when the queue is back. To fence now, "
+            f"run `python manage.py fence {ns} --reason … --as <oncall>` on a server.",
+        )
     return redirect("console:rollout", ns=ns)
 
 

@@ -39,3 +39,27 @@ def test_a_fence_made_elsewhere_shows_on_the_open_page_without_a_reload(page, li
     assert page.evaluate("window.__notReloaded") is True
     assert page.locator("#fence-reason").input_value() == "typing, not submitted"
     shot(page, "16-live-fence")
+
+
+def test_fence_from_the_overview_in_one_step_with_a_typo_caught_beside_its_field(page, live_server, shot):
+    ensure_default_namespace()
+    ui_user("oscar", "oncall")
+    log_in(page, live_server, "oscar")
+
+    page.get_by_role("link", name="Fence default…").click()
+    page.get_by_label("Reason (required)").fill("runaway worker writes late")
+    page.get_by_label("Type default to confirm").fill("defualt")
+    page.get_by_role("button", name="Fence the epoch").click()
+
+    expect(page.locator("#fence-confirm-error")).to_contain_text(
+        "Type the namespace's name, default, exactly."
+    )
+    assert page.get_by_label("Reason (required)").input_value() == "runaway worker writes late"
+    shot(page, "17-fence-typo")
+    page.get_by_label("Type default to confirm").fill("default")
+    page.get_by_role("button", name="Fence the epoch").click()
+
+    page.wait_for_url(f"{live_server.url}/ns/default/")
+    expect(page.locator("#epoch")).to_have_text("2")
+    expect(page.locator("#incident")).to_contain_text("runaway worker writes late")
+    shot(page, "18-incident-header")
