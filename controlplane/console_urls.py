@@ -18,6 +18,7 @@ urlpatterns = [
     path("ns/<ns:ns>/rollback", views.rollback, name="rollback"),
     path("ns/<ns:ns>/fence", views.fence, name="fence"),
     path("ns/<ns:ns>/resume", views.resume, name="resume"),
+    path("ns/<ns:ns>/waive", views.waive, name="waive"),
     path("ns/<ns:ns>/mismatches", views.mismatches, name="mismatches"),
     path("mismatches/<int:mismatch_id>", views.mismatch_detail, name="mismatch"),
     path("mismatches/<int:mismatch_id>/mark", views.mismatch_mark, name="mismatch-mark"),

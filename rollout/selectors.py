@@ -548,3 +548,57 @@ def incident(namespace: Namespace, now: datetime | None = None) -> dict[str, Any
         "jobs_behind": behind,
         "last_drain_check_age": snapshot_age,
     }
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part}/{whole} ({round(100 * part / whole)} %)" if whole else f"{part}/0"
+
+
+def gate_checklist(
+    namespace: Namespace, gate: GateEvaluation | None, coverage_now: dict[str, Any]
+) -> list[dict]:
+    """The recorded gate as a checklist: each condition with its figure, what it needs, whether it is met, where to
+    look (``link``: a console URL name and its query) and, for an acceptance point with no traffic, that it may be
+    waived. The figures are the evaluation's own; coverage counts come from ``coverage`` (the same window)."""
+    if gate is None:
+        return []
+    f, rows = gate.figures, []
+
+    def row(label: str, value: str, need: str, ok: bool, link: tuple[str, str] | None = None, **extra: Any):
+        rows.append({"label": label, "value": value, "need": need, "ok": ok, "link": link, **extra})
+
+    stage = gate.move.split(" → ")[0]
+    if stage == Stage.LEGACY:
+        row("claim.v1 workers with a fresh heartbeat", str(f["v1_workers"]), "at least 1", f["v1_workers"] >= 1,
+            ("console:pools", ""))  # fmt: skip
+    elif stage == Stage.SHADOW:
+        row("compared operations in the window", _share(f["compared"], f["min_samples"]),
+            f"at least {f['min_samples']}", f["compared"] >= f["min_samples"])  # fmt: skip
+        row("open mismatches", str(f["open_mismatches"]), "none", not f["open_mismatches"],
+            ("console:mismatches", "status=OPEN"))  # fmt: skip
+        row("mismatches marked BUG", str(f["bug_mismatches"]), "none", not f["bug_mismatches"],
+            ("console:mismatches", "status=BUG"))  # fmt: skip
+    elif stage == Stage.V1_READS:
+        for point, p in coverage_now["points"].items():
+            covered = (p["total"] and p["validated"] == p["total"]) or (not p["total"] and p["waived"])
+            value = (
+                _share(p["validated"], p["total"])
+                if p["total"]
+                else ("waived" if p["waived"] else "no traffic")
+            )
+            row(f"validated at {point}", value, "100 %, or waived when there is no traffic", bool(covered),
+                point=point, waivable=not p["total"] and not p["waived"])  # fmt: skip
+        row("requests in the window", _share(f["requests"], f["min_samples"]), f"at least {f['min_samples']}",
+            f["requests"] >= f["min_samples"])  # fmt: skip
+    else:
+        row("live leases in the legacy pool", str(f["active_leases"]), "none", not f["active_leases"],
+            ("console:pools", ""))  # fmt: skip
+        row("UNKNOWN effects", str(f["unknown_effects"]), "none", not f["unknown_effects"],
+            ("console:effects", ""))  # fmt: skip
+        row("staged results awaiting commit", str(f["awaiting_commit"]), "none", not f["awaiting_commit"])
+        row("clean drain snapshots in a row", str(f["clean_streak"]), "at least 2", f["clean_streak"] >= 2)
+        row("open mismatches", str(f["open_mismatches"]), "none", not f["open_mismatches"],
+            ("console:mismatches", "status=OPEN"))  # fmt: skip
+        row("mismatches marked BUG", str(f["bug_mismatches"]), "none", not f["bug_mismatches"],
+            ("console:mismatches", "status=BUG"))  # fmt: skip
+    return rows

@@ -10,6 +10,7 @@ from django.contrib import messages
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 from kombu.exceptions import OperationalError
 
@@ -69,6 +70,16 @@ def overview(request: HttpRequest) -> HttpResponse:
     return render(request, "rollout/overview.html", _ctx(request, rows=rows))
 
 
+def _linked(checklist: list[dict], ns: str) -> list[dict]:
+    """Each checklist row's ``link`` (a console page and its query) as an address."""
+    for row in checklist:
+        if row["link"]:
+            name, query = row["link"]
+            url = reverse(name, args=[ns] if name == "console:mismatches" else [])
+            row["href"] = f"{url}?{query}" if query else url
+    return checklist
+
+
 # How often a live region asks again (htmx ``every``): a pending fence shows its new epoch within this.
 LIVE_REFRESH_SECONDS = 3
 
@@ -85,6 +96,7 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         for label, pool in (("legacy pool", "legacy"), ("whole namespace", ""))
     }
     stale_drains = {label for label, snap in drains.items() if selectors.snapshot_is_stale(snap, now)}
+    coverage = selectors.coverage(ns)
     return {
         "taken_at": now,
         "refresh_seconds": LIVE_REFRESH_SECONDS,
@@ -96,11 +108,12 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         "gate_age": selectors.age_seconds(gate.at) if gate else None,
         "next_stage": selectors.next_stage(stage),
         "earlier": order[:here],
-        "coverage": selectors.coverage(ns),
+        "coverage": coverage,
         "drains": drains,
         "rollback": Rollback.objects.filter(namespace=ns.name).order_by("-started_at").first(),
         "open_rollback": selectors.open_rollback(ns.name),
         "incident": selectors.incident(ns, now),
+        "checklist": _linked(selectors.gate_checklist(ns, gate, coverage), ns.name),
         "fences": selectors.fence_history(ns.name),
         "changes": StageChange.objects.filter(namespace=ns.name).order_by("-at")[:10],
         "last_gates": [
@@ -207,6 +220,24 @@ def _fence_requested(request: HttpRequest, ns: str, reason: str) -> HttpResponse
             "Fence recorded, but the job queue is unreachable: it runs when the queue is back. To fence now, "
             f"run `python manage.py fence {ns} --reason … --as <oncall>` on a server.",
         )
+    return redirect("console:rollout", ns=ns)
+
+
+@require_POST
+@role_required("operator")
+def waive(request: HttpRequest, ns: str) -> HttpResponse:
+    """Waive an acceptance point with no traffic in the window (reason required; audited by the service)."""
+    reason, point = request.POST.get("reason", "").strip(), request.POST.get("point", "")
+    if point not in selectors.POINTS:
+        messages.error(request, f"No acceptance point {point!r}: one of {', '.join(selectors.POINTS)}.")
+    elif not reason:
+        messages.error(request, f"A waiver of {point} needs a reason.")
+    else:
+        try:
+            stages.waive_coverage(principal=acting(request), namespace=ns, point=point, reason=reason)
+            messages.success(request, f"{point} waived for this stage: {reason}")
+        except ClaimError as exc:
+            report(request, exc)
     return redirect("console:rollout", ns=ns)
 
 

@@ -77,7 +77,8 @@ def test_advance_shows_the_gate_before_confirming(ui_operator, operator):
     confirm = ui_operator.get("/ns/pay/advance?to=SHADOW")
     refused = ui_operator.post("/ns/pay/advance", {"to_stage": "SHADOW", "reason": "go"}, follow=True)
 
-    assert b"v1_workers" in confirm.content and b"SHUT" in confirm.content and b"s ago" in confirm.content
+    assert b"claim.v1 workers with a fresh heartbeat" in confirm.content and b"SHUT" in confirm.content
+    assert b"s ago" in confirm.content
     assert b"GATE_NOT_MET" in refused.content
     assert stage_of("pay") == "LEGACY"
 

@@ -10,6 +10,7 @@ from django.contrib.auth.models import Group
 from claims.digest import digest
 from claims.models import AuditEntry, Effect, Namespace
 from rollout.models import Mismatch
+from rollout.tasks import gate_check
 from tests.support.actors import ensure_default_namespace, make_actor
 from tests.support.rollout import stage_of
 
@@ -45,8 +46,9 @@ def world(settings):
 
 
 def advance_in_ui(page, live_server, ns: str, to: str) -> str:
-    page.goto(f"{live_server.url}/ns/{ns}/")
-    page.get_by_role("link", name=f"Advance to {to}…").click()
+    """The advance page by its address: the namespace page offers the link only once the recorded gate holds, and
+    these steps also try advances the gate refuses."""
+    page.goto(f"{live_server.url}/ns/{ns}/advance?to={to}")
     page.get_by_label("Reason").fill(f"walk to {to}")
     page.get_by_role("button", name=f"Confirm: advance to {to}").click()
     return page.locator(".messages").inner_text()
@@ -65,7 +67,10 @@ def test_log_in_and_walk_a_namespace_through_every_stage(page, live_server, worl
     # LEGACY → SHADOW: refused until a claim.v1 worker registers.
     assert "GATE_NOT_MET" in advance_in_ui(page, live_server, "payments", "SHADOW")
     shot(page, "03-gate-refused")
+    page.goto(f"{live_server.url}/ns/payments/")
+    assert page.locator("#advance-when").is_visible()  # the recorded gate is shut: no Advance for an operator
     new.post("/workers/register", {"protocol": "claim.v1", "binary_version": "2.4", "namespace": "payments"})
+    gate_check("payments")  # what beat does every few seconds
     page.goto(f"{live_server.url}/ns/payments/")
     page.get_by_role("link", name="Advance to SHADOW…").click()
     shot(page, "04-advance-confirm")
