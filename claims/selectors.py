@@ -156,3 +156,85 @@ def audit_entries(
 def audit_actions() -> list[str]:
     """The actions the audit log has recorded, for the filter's choices."""
     return sorted(AuditEntry.objects.order_by().values_list("action", flat=True).distinct())
+
+
+LANE_MARKS: dict[str, str] = {
+    EventKind.RENEWED: "renewed",
+    EventKind.LEASE_EXPIRED: "lease expired",
+    EventKind.RELEASED: "released",
+    EventKind.RESULT_STAGED: "staged",
+    EventKind.RESULT_COMMITTED: "committed",
+    EventKind.FENCED: "refused",
+    EventKind.EFFECT_PREPARED: "effect prepared",
+    EventKind.EFFECT_UNKNOWN: "effect unknown",
+    EventKind.EFFECT_COMMITTED: "effect committed",
+    EventKind.DISPATCH_RECORDED: "dispatch",
+}
+
+
+def task_lanes(*, task: Task, now: datetime | None = None) -> dict[str, Any]:
+    """A task's history as lanes, one per attempt (Temporal Web's way): when it held the task, how it ended, and its
+    own events as marks on one time axis — from the task's creation to its last event (or now, while it runs).
+
+    An attempt is *holding* only while it is the task's current one, CLAIMED, unexpired and of the namespace's
+    current epoch; an attempt granted before a fence is shown *fenced*, never holding, whatever its row says."""
+    now = now or clock.now()
+    events = list(TaskEvent.objects.filter(task_id=task.task_id).order_by("id"))
+    attempts = list(task.attempts.order_by("claim_generation"))
+    epoch = task.namespace.scheduler_epoch
+    start = task.created_at
+    ends = [e.at for e in events] + [a.ended_at or now for a in attempts]
+    if task.state == TaskState.CLAIMED:
+        ends.append(now)
+    end = max([start, *ends])
+    span = max((end - start).total_seconds(), 0.001)
+
+    def at(moment: datetime) -> float:
+        return round(100 * max(0.0, (moment - start).total_seconds()) / span, 2)
+
+    lanes = []
+    for a in attempts:
+        holding = (
+            task.attempt_id == a.attempt_id
+            and task.state == TaskState.CLAIMED
+            and a.ended_at is None
+            and task.lease_expires_at is not None
+            and task.lease_expires_at > now
+            and a.scheduler_epoch == epoch
+        )
+        fenced = a.end_reason == "FENCED" or (a.ended_at is None and a.scheduler_epoch < epoch)
+        if holding:
+            status = "holding"
+        elif fenced:
+            status = "fenced"
+        elif a.ended_at is None:
+            status = "lapsed"  # its lease ran out and nobody has taken the task since
+        else:
+            status = (a.end_reason or "").lower()
+        finished = a.ended_at or (task.lease_expires_at if a.attempt_id == task.attempt_id else None) or now
+        marks = [
+            {
+                "label": LANE_MARKS[e.kind]
+                + (
+                    f" {e.detail.get('outcome', '')} {e.detail.get('reason', '')}".rstrip()
+                    if e.kind == EventKind.FENCED
+                    else ""
+                ),
+                "at": e.at,
+                "left": at(e.at),
+                "seconds": round((e.at - start).total_seconds(), 3),
+            }
+            for e in events
+            if e.attempt_id == a.attempt_id and e.kind in LANE_MARKS
+        ]
+        lanes.append(
+            {
+                "attempt": a,
+                "status": status,
+                "left": at(a.started_at),
+                "width": max(0.5, round(at(min(finished, end)) - at(a.started_at), 2)),
+                "held_seconds": round((min(finished, end) - a.started_at).total_seconds(), 3),
+                "marks": marks,
+            }
+        )
+    return {"start": start, "end": end, "span_seconds": round(span, 3), "lanes": lanes}

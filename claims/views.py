@@ -52,6 +52,17 @@ def tasks(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _mismatches_url(task: Task) -> str | None:
+    """The rollout's mismatch list for this task's namespace, when the rollout is installed (the core knows only
+    that such a page may exist, by its URL name)."""
+    from django.urls import NoReverseMatch, reverse
+
+    try:
+        return reverse("console:mismatches", args=[task.namespace.name]) + f"?task={task.task_id}"
+    except NoReverseMatch:
+        return None
+
+
 @role_required("viewer")
 def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
     task = get_object_or_404(Task.objects.select_related("namespace"), pk=task_id)
@@ -64,6 +75,8 @@ def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
             task=task,
             lease_left=(task.lease_expires_at - now).total_seconds() if task.lease_expires_at else None,
             events=task.events.order_by("id"),
+            history=selectors.task_lanes(task=task, now=now),
+            mismatches_url=_mismatches_url(task),
             attempts=task.attempts.order_by("claim_generation"),
             staged=task.staged_results.order_by("staged_at"),
             effects=task.effects.order_by("created_at"),

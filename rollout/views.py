@@ -261,6 +261,8 @@ def mismatches(request: HttpRequest, ns: str) -> HttpResponse:
     namespace = get_object_or_404(Namespace, name=ns)
     rows = Mismatch.objects.filter(namespace=ns)
     reason, status = request.GET.get("reason", ""), request.GET.get("status", "")
+    if task_id := request.GET.get("task", ""):  # one task's mismatches (linked from its page)
+        rows = rows.filter(task_id=task_id)
     if reason:
         rows = rows.filter(reason=reason)
     if status:

@@ -79,3 +79,26 @@ def test_error_pages_are_styled_and_fit_the_screen(page, live_server, shot, widt
     assert fits and page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     if width == 390:
         shot(page, "14-forbidden-390px")
+
+
+def test_a_tasks_lanes_show_the_fenced_attempt_fenced_and_the_holder_holding(page, live_server, shot):
+    ensure_default_namespace()
+    ui_user("vic", "viewer")
+    operator, oncall = make_actor("api-operator", "operator"), make_actor("ona-oncall", "oncall")
+    first, second = make_actor("w-first", "worker"), make_actor("w-second", "worker")
+    task_id = operator.create().json()["task_id"]
+    claim = first.claim(task_id).json()
+    first.renew(claim)
+    oncall.post("/namespaces/default/fence", {"reason": "drill"})
+    first.renew(claim)  # refused, FENCED EPOCH
+    oncall.post("/namespaces/default/resume", {"reason": "over"})
+    second.claim(task_id, epoch=2)
+
+    log_in(page, live_server, "vic")
+    page.goto(f"{live_server.url}/tasks/{task_id}")
+
+    assert page.locator(".lane-bar.fenced").count() == 1 and page.locator(".lane-bar.holding").count() == 1
+    rows = page.locator("#lanes-text tbody tr")
+    assert "fenced" in rows.nth(0).inner_text() and "refused FENCED EPOCH" in rows.nth(0).inner_text()
+    assert "holding" in rows.nth(1).inner_text()
+    shot(page, "19-task-lanes")
