@@ -20,6 +20,7 @@ urlpatterns = [
     path("ns/<ns:ns>/resume", views.resume, name="resume"),
     path("ns/<ns:ns>/waive", views.waive, name="waive"),
     path("ns/<ns:ns>/mismatches", views.mismatches, name="mismatches"),
+    path("ns/<ns:ns>/mismatches/review", views.mismatches_review, name="mismatches-review"),
     path("mismatches/<int:mismatch_id>", views.mismatch_detail, name="mismatch"),
     path("mismatches/<int:mismatch_id>/mark", views.mismatch_mark, name="mismatch-mark"),
     *core_pages,

@@ -38,6 +38,7 @@ from .models import (
     FenceRequest,
     GateEvaluation,
     LegacyClaim,
+    LegacyEvent,
     Mismatch,
     MismatchStatus,
     Rollback,
@@ -602,3 +603,110 @@ def gate_checklist(
         row("mismatches marked BUG", str(f["bug_mismatches"]), "none", not f["bug_mismatches"],
             ("console:mismatches", "status=BUG"))  # fmt: skip
     return rows
+
+
+REASON_EXPLANATIONS = {
+    "DOUBLE_GRANT": "The two stores let different workers hold the task at once: one granted a claim while the other "
+    "still had a live holder. Two workers may then both compute — and, under legacy, both write.",
+    "STALE_COMMIT_ACCEPTED": "Legacy accepted a result from a worker claim.v1 had already fenced (its lease had been "
+    "taken over, its epoch fenced, its task cancelled or its input revised). This is the lost update the migration "
+    "exists to prevent: legacy's last write wins.",
+    "V1_REJECTED_ONLY": "Legacy accepted an operation claim.v1 refused. Either claim.v1 is stricter here (expected "
+    "for late workers) or it refuses something it should allow — read the refusal's reason.",
+    "LEGACY_REJECTED_ONLY": "claim.v1 accepted an operation legacy refused. Usually legacy's view of the holder is "
+    "out of date; check the legacy row's owner and expiry.",
+    "WINNER_DIFFERS": "Both stores accepted a commit, but their canonical results now differ: legacy kept the last "
+    "write, claim.v1 the first valid one.",
+}
+
+
+def _value_lines(value: Any) -> list[str]:
+    import json
+
+    return json.dumps(value, indent=2, sort_keys=True, default=str).splitlines() if value is not None else []
+
+
+def mismatch_drilldown(mismatch: Mismatch) -> dict[str, Any]:
+    """What a reviewer needs on one page: both stores' winners with their results and a diff; one timeline merging
+    both stores' decisions on one time axis, in seconds from the first, with the operation that disagreed marked; what
+    the reason means; and the previous and next OPEN mismatch of the namespace."""
+    import difflib
+
+    legacy_row = LegacyClaim.objects.filter(pk=mismatch.task_id).first()
+    task = Task.objects.filter(pk=mismatch.task_id).first()
+    canonical = StagedResult.objects.filter(task_id=mismatch.task_id, canonical=True).first()
+    v1_owner = (
+        Attempt.objects.filter(pk=canonical.attempt_id).values_list("owner_id", flat=True).first()
+        if canonical
+        else None
+    )
+    winners = {
+        "legacy": {
+            "owner": legacy_row.completed_by if legacy_row and legacy_row.completed_by else None,
+            "result": legacy_row.result if legacy_row and legacy_row.completed_by else None,
+            "digest": legacy_row.result_digest if legacy_row else "",
+        },
+        "v1": {
+            "owner": v1_owner or (task.owner_id if task and task.result_commit_id else None),
+            "result": task.result if task and task.result_commit_id else None,
+            "digest": task.result_digest if task else "",
+        },
+    }
+    for side in winners.values():
+        side["text"] = "\n".join(_value_lines(side["result"])) or "—"
+    diff = list(
+        difflib.unified_diff(
+            _value_lines(winners["legacy"]["result"]),
+            _value_lines(winners["v1"]["result"]),
+            "legacy",
+            "claim.v1",
+            lineterm="",
+        )
+    )
+    entries: list[dict[str, Any]] = [
+        {
+            "at": e.at,
+            "store": "legacy",
+            "what": f"{e.operation} via the {e.api} API by {e.owner_id}",
+            "verdict": e.verdict,
+            "accepted": e.accepted,
+        }
+        for e in LegacyEvent.objects.filter(task_id=mismatch.task_id).order_by("at", "id")
+    ] + [
+        {
+            "at": e.at,
+            "store": "claim.v1",
+            "what": f"{e.kind}{f' by {e.owner_id}' if e.owner_id else ''}"
+            + (f" (gen {e.claim_generation})" if e.claim_generation else ""),
+            "verdict": f"{e.detail.get('outcome', '')} {e.detail.get('reason', '')}".strip(),
+            "accepted": e.kind != "fenced",
+        }
+        for e in TaskEvent.objects.filter(task_id=mismatch.task_id).order_by("id")
+    ]
+    entries.sort(key=lambda entry: entry["at"])
+    first = entries[0]["at"] if entries else mismatch.at
+    offending = min(
+        (i for i, entry in enumerate(entries) if entry["store"] == "legacy"),
+        key=lambda i: abs((entries[i]["at"] - mismatch.at).total_seconds()),
+        default=None,
+    )
+    previous_at = first
+    for index, entry in enumerate(entries):
+        entry["seconds"] = round((entry["at"] - first).total_seconds(), 3)
+        entry["after"] = round((entry["at"] - previous_at).total_seconds(), 3)
+        entry["offending"] = index == offending
+        previous_at = entry["at"]
+    open_here = Mismatch.objects.filter(namespace=mismatch.namespace, status=MismatchStatus.OPEN)
+    return {
+        "winners": winners,
+        "diff": diff,
+        "timeline": entries,
+        "explanation": REASON_EXPLANATIONS.get(mismatch.reason, ""),
+        "previous_open": open_here.filter(id__lt=mismatch.pk)
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first(),
+        "next_open": open_here.filter(id__gt=mismatch.pk).order_by("id").values_list("id", flat=True).first(),
+        "legacy_row": legacy_row,
+        "task": task,
+    }

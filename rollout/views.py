@@ -20,7 +20,6 @@ from claims.errors import ClaimError
 from claims.models import (
     EventKind,
     Namespace,
-    Task,
     TaskEvent,
 )
 from claims.services.principals import ui_role
@@ -30,8 +29,6 @@ from . import selectors
 from .models import (
     DrainSnapshot,
     GateEvaluation,
-    LegacyClaim,
-    LegacyEvent,
     Mismatch,
     MismatchReason,
     MismatchStatus,
@@ -305,16 +302,7 @@ def mismatches(request: HttpRequest, ns: str) -> HttpResponse:
 def mismatch_detail(request: HttpRequest, mismatch_id: int) -> HttpResponse:
     mismatch = get_object_or_404(Mismatch, pk=mismatch_id)
     return render(
-        request,
-        "rollout/mismatch.html",
-        _ctx(
-            request,
-            m=mismatch,
-            legacy_events=LegacyEvent.objects.filter(task_id=mismatch.task_id).order_by("at", "id"),
-            legacy_row=LegacyClaim.objects.filter(pk=mismatch.task_id).first(),
-            v1_events=TaskEvent.objects.filter(task_id=mismatch.task_id).order_by("id"),
-            task=Task.objects.filter(pk=mismatch.task_id).first(),
-        ),
+        request, "rollout/mismatch.html", _ctx(request, m=mismatch, **selectors.mismatch_drilldown(mismatch))
     )
 
 
@@ -340,6 +328,36 @@ def mismatch_mark(request: HttpRequest, mismatch_id: int) -> HttpResponse:
     except ClaimError as exc:
         report(request, exc)
     return redirect("console:mismatch", mismatch_id=mismatch_id)
+
+
+@require_POST
+@role_required("operator")
+def mismatches_review(request: HttpRequest, ns: str) -> HttpResponse:
+    """Review several mismatches of the namespace with one note: each through the review service (its own
+    transaction, audited), and what was refused is said."""
+    ids = [int(i) for i in request.POST.getlist("ids") if i.isdigit()]
+    chosen = list(Mismatch.objects.filter(namespace=ns, pk__in=ids).values_list("pk", flat=True))
+    if not chosen:
+        messages.error(request, "Select at least one mismatch to review.")
+        return redirect("console:mismatches", ns=ns)
+    done = 0
+    for mismatch_id in chosen:
+        try:
+            mismatch_review(
+                principal=acting(request),
+                mismatch_id=mismatch_id,
+                status=request.POST.get("status", ""),
+                note=request.POST.get("note", ""),
+            )
+            done += 1
+        except ClaimError as exc:
+            report(request, exc)
+            break
+    if done:
+        messages.success(
+            request, f"{done} mismatch{'es' if done != 1 else ''} marked {request.POST.get('status')}."
+        )
+    return redirect("console:mismatches", ns=ns)
 
 
 @role_required("viewer")

@@ -102,3 +102,42 @@ def test_a_tasks_lanes_show_the_fenced_attempt_fenced_and_the_holder_holding(pag
     assert "fenced" in rows.nth(0).inner_text() and "refused FENCED EPOCH" in rows.nth(0).inner_text()
     assert "holding" in rows.nth(1).inner_text()
     shot(page, "19-task-lanes")
+
+
+def test_a_mismatch_shows_both_winners_a_diff_and_the_merged_timeline(page, live_server, db_clock, shot):
+    from claims.digest import digest
+    from rollout.models import Mismatch
+
+    ui_user("rita", "operator")
+    operator = make_actor("api-operator", "operator")
+    a, b = make_actor("w-late", "worker", "legacy"), make_actor("w-next", "worker", "legacy")
+    operator.post("/namespaces", {"name": "shade", "stage": "SHADOW"})
+    task_id = operator.create(namespace="shade").json()["task_id"]
+
+    def legacy(actor, op, **body):
+        actor.client.post(
+            f"/api/legacy/tasks/{task_id}/{op}", {"owner_id": actor.name, **body}, format="json"
+        )
+
+    legacy(a, "claim", ttl_seconds=5)
+    db_clock.travel(6)
+    legacy(b, "claim", ttl_seconds=30)
+    legacy(b, "complete", result={"by": "next"}, result_digest=digest({"by": "next"}))
+    legacy(a, "complete", result={"by": "late"}, result_digest=digest({"by": "late"}))
+    mismatch = Mismatch.objects.get(reason="STALE_COMMIT_ACCEPTED")
+
+    log_in(page, live_server, "rita")
+    page.goto(f"{live_server.url}/mismatches/{mismatch.pk}")
+
+    assert (
+        "w-late" in page.locator("#winners").inner_text()
+        and "w-next" in page.locator("#winners").inner_text()
+    )
+    assert '"by": "late"' in page.locator("#diff").inner_text()
+    stores = page.locator("#merged tbody tr td:nth-child(3)").all_inner_texts()
+    assert {"legacy", "claim.v1"} <= set(stores)
+    assert (
+        page.locator("#merged tr.offending").count() == 1
+        and "w-late" in page.locator("#merged tr.offending").inner_text()
+    )
+    shot(page, "20-mismatch-drilldown")
