@@ -5,6 +5,7 @@ figure means the same everywhere. Nothing here writes."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,6 +41,7 @@ from .models import (
     LegacyClaim,
     LegacyEvent,
     Mismatch,
+    MismatchReason,
     MismatchStatus,
     Rollback,
     RolloutState,
@@ -710,3 +712,103 @@ def mismatch_drilldown(mismatch: Mismatch) -> dict[str, Any]:
         "legacy_row": legacy_row,
         "task": task,
     }
+
+
+def chart(
+    *,
+    kind: str,
+    labels: list[str],
+    series: Mapping[str, Sequence[float]],
+    x: str,
+    y: str,
+    stacked: bool = False,
+) -> dict[str, Any]:
+    """What ``templates/_chart.html`` draws (Chart.js) and prints as its text alternative."""
+    return {
+        "type": kind,
+        "labels": labels,
+        "datasets": [{"label": name, "data": data} for name, data in series.items()],
+        "x": x,
+        "y": y,
+        "stacked": stacked,
+        "rows": [[label, *[data[i] for data in series.values()]] for i, label in enumerate(labels)],
+        "columns": list(series),
+    }
+
+
+def activity_per_minute(namespace: Namespace, now: datetime, minutes: int = 60) -> dict[str, Any]:
+    """Claims, commits and commits refused FENCED per minute over the last ``minutes``, in one namespace — from the
+    timeline's acceptance-point rows, read by the (namespace, point, at) index within the window."""
+    since = now - timedelta(minutes=minutes)
+    rows = TaskEvent.objects.filter(
+        namespace_id=namespace.id, point__in=[AcceptancePoint.CLAIM, AcceptancePoint.COMMIT], at__gte=since
+    ).values_list("kind", "point", "at")
+    series = {"claims": [0] * minutes, "commits": [0] * minutes, "fenced commits": [0] * minutes}
+    for kind, point, at in rows:
+        slot = minutes - 1 - min(minutes - 1, int((now - at).total_seconds() // 60))
+        if point == AcceptancePoint.CLAIM and kind in ("claimed", "reclaimed"):
+            series["claims"][slot] += 1
+        elif point == AcceptancePoint.COMMIT and kind == "result_committed":
+            series["commits"][slot] += 1
+        elif point == AcceptancePoint.COMMIT and kind == "fenced":
+            series["fenced commits"][slot] += 1
+    labels = [f"-{minutes - i} min" for i in range(minutes)]
+    return chart(kind="line", labels=labels, series=series, x="minutes ago", y="per minute")
+
+
+def mismatches_per_hour(namespace: str, now: datetime, hours: int = 24) -> dict[str, dict[str, Any]]:
+    """Mismatches recorded per hour over the last ``hours``, stacked by reason and by status."""
+    since = now - timedelta(hours=hours)
+    rows = list(
+        Mismatch.objects.filter(namespace=namespace, at__gte=since).values_list("reason", "status", "at")
+    )
+    labels = [f"-{hours - i} h" for i in range(hours)]
+
+    def stacked(values: list[str], pick: int) -> dict[str, Any]:
+        series = {value: [0] * hours for value in values}
+        for row in rows:
+            slot = hours - 1 - min(hours - 1, int((now - row[2]).total_seconds() // 3600))
+            series[str(row[pick])][slot] += 1
+        used = {k: v for k, v in series.items() if any(v)} or {values[0]: [0] * hours}
+        return chart(kind="bar", labels=labels, series=used, x="hours ago", y="mismatches", stacked=True)
+
+    return {
+        "by_reason": stacked([str(r) for r in MismatchReason.values], 0),
+        "by_status": stacked([str(s) for s in MismatchStatus.values], 1),
+    }
+
+
+def drain_progress(namespace: str, pool: str = "", limit: int = 20) -> dict[str, Any]:
+    """The last ``limit`` drain snapshots' three counts, oldest first."""
+    snaps = list(
+        DrainSnapshot.objects.filter(namespace=namespace, pool=pool).order_by("-taken_at", "-id")[:limit]
+    )[::-1]
+    return chart(
+        kind="line",
+        labels=[snap.taken_at.strftime("%H:%M:%S") for snap in snaps],
+        series={
+            "live leases": [snap.active_leases for snap in snaps],
+            "UNKNOWN effects": [snap.unknown_effects for snap in snaps],
+            "awaiting commit": [snap.awaiting_commit for snap in snaps],
+        },
+        x="snapshot (UTC)",
+        y="count",
+    )
+
+
+def coverage_chart(coverage_now: dict[str, Any]) -> dict[str, Any]:
+    """Per acceptance point over the window: requests validated and not."""
+    points = list(coverage_now["points"])
+    return chart(
+        kind="bar",
+        labels=points,
+        series={
+            "validated": [coverage_now["points"][p]["validated"] for p in points],
+            "not validated": [
+                coverage_now["points"][p]["total"] - coverage_now["points"][p]["validated"] for p in points
+            ],
+        },
+        x="acceptance point",
+        y="requests in the window",
+        stacked=True,
+    )

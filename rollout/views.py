@@ -98,6 +98,7 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         "taken_at": now,
         "refresh_seconds": LIVE_REFRESH_SECONDS,
         "stale_drains": stale_drains,
+        "drain_chart": selectors.drain_progress(ns.name),
         "ns": ns,
         "steps": steps,
         "gate": gate,
@@ -106,6 +107,7 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         "next_stage": selectors.next_stage(stage),
         "earlier": order[:here],
         "coverage": coverage,
+        "coverage_chart": selectors.coverage_chart(coverage),
         "drains": drains,
         "rollback": Rollback.objects.filter(namespace=ns.name).order_by("-started_at").first(),
         "open_rollback": selectors.open_rollback(ns.name),
@@ -293,6 +295,7 @@ def mismatches(request: HttpRequest, ns: str) -> HttpResponse:
             reason=reason,
             status=status,
             reasons=list(MismatchReason.values),
+            over_time=selectors.mismatches_per_hour(ns, clock.now()),
             chart=bar_chart(series, unit=" mismatches"),
         ),
     )
@@ -401,5 +404,8 @@ def glance(request: HttpRequest) -> HttpResponse:
             commits=len(commits),
             unknown=core_selectors.unknown_effects_count(),
             stage_order=Stage.values,
+            activity=[
+                (ns.name, selectors.activity_per_minute(ns, now)) for ns in Namespace.objects.order_by("name")
+            ],
         ),
     )

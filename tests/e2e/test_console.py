@@ -189,7 +189,8 @@ def test_a_reviewer_explains_a_mismatch_from_its_side_by_side_timelines(
     shot(page, "09-mismatch-report")
     page.get_by_role("link", name=str(mismatch.pk), exact=True).click()
     assert "STALE_COMMIT_ACCEPTED" in page.locator("h1").inner_text()
-    assert "complete via legacy by legacy-w: COMPLETED" in page.locator(".side-by-side").inner_text()
+    offending = page.locator("#merged tr.offending").inner_text()
+    assert "complete via the legacy API by legacy-w" in offending and "COMPLETED" in offending
     page.get_by_label("Note (required to explain)").fill(
         "legacy last-write-wins; claim.v1 kept the v1 winner"
     )

@@ -1,0 +1,31 @@
+// Draws every <canvas data-chart="ID"> from the JSON in <script id="ID" type="application/json"> with Chart.js
+// (vendored, scripts/vendor-chartjs.sh): {type, labels, datasets: [{label, data}], x, y, stacked}. The numbers are
+// also on the page as a table (the chart's text alternative); this only draws them.
+(function () {
+  const palette = ["#1a4fb5", "#8a1c1c", "#1d6b38", "#8a5a00", "#5b2a86", "#3d4f63"];
+  function draw(canvas) {
+    const spec = JSON.parse(document.getElementById(canvas.dataset.chart).textContent);
+    const existing = Chart.getChart(canvas);
+    if (existing) existing.destroy();
+    new Chart(canvas, {
+      type: spec.type || "bar",
+      data: {
+        labels: spec.labels,
+        datasets: spec.datasets.map((d, i) => ({
+          label: d.label, data: d.data, borderColor: palette[i % palette.length],
+          backgroundColor: palette[i % palette.length], borderWidth: 2, pointRadius: 0, tension: 0.2,
+        })),
+      },
+      options: {
+        animation: false, responsive: true, maintainAspectRatio: false,
+        scales: {
+          x: { stacked: !!spec.stacked, title: { display: true, text: spec.x } },
+          y: { stacked: !!spec.stacked, beginAtZero: true, title: { display: true, text: spec.y } },
+        },
+      },
+    });
+  }
+  function drawAll(root) { root.querySelectorAll("canvas[data-chart]").forEach(draw); }
+  document.addEventListener("DOMContentLoaded", () => drawAll(document));
+  document.addEventListener("htmx:afterSwap", (event) => drawAll(event.target));  // live regions redraw
+})();
