@@ -76,6 +76,7 @@ def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
             lease_left=(task.lease_expires_at - now).total_seconds() if task.lease_expires_at else None,
             events=task.events.order_by("id"),
             history=selectors.task_lanes(task=task, now=now),
+            taken_at=now,
             mismatches_url=_mismatches_url(task),
             attempts=task.attempts.order_by("claim_generation"),
             staged=task.staged_results.order_by("staged_at"),
@@ -93,7 +94,11 @@ def effects(request: HttpRequest) -> HttpResponse:
         .select_related("task")
         .order_by("created_at")
     )
-    return render(request, "claims/effects.html", _ctx(request, unknown=unknown, awaiting=awaiting))
+    return render(
+        request,
+        "claims/effects.html",
+        _ctx(request, unknown=unknown, awaiting=awaiting, taken_at=clock.now()),
+    )
 
 
 @require_POST

@@ -141,3 +141,30 @@ def test_a_mismatch_shows_both_winners_a_diff_and_the_merged_timeline(page, live
         and "w-late" in page.locator("#merged tr.offending").inner_text()
     )
     shot(page, "20-mismatch-drilldown")
+
+
+def test_the_gate_checklist_links_to_what_holds_it_shut(page, live_server, shot):
+    from claims import clock
+    from rollout.models import Mismatch
+    from rollout.tasks import gate_check
+
+    ui_user("rita", "operator")
+    operator = make_actor("api-operator", "operator")
+    operator.post("/namespaces", {"name": "shady", "stage": "SHADOW"})
+    for _ in range(2):
+        Mismatch.objects.create(
+            namespace="shady", task_id=operator.create(namespace="shady").json()["task_id"], operation="complete",
+            api="legacy", legacy={}, v1={}, reason="STALE_COMMIT_ACCEPTED", at=clock.now(),
+        )  # fmt: skip
+    gate_check("shady")
+
+    log_in(page, live_server, "rita")
+    page.goto(f"{live_server.url}/ns/shady/")
+    row = page.locator("#checklist tr", has_text="open mismatches")
+    assert "✗ not met" in row.inner_text() and "none" in row.inner_text()
+    assert page.locator("#advance-when").is_visible() and page.locator("#advance-link").count() == 0
+    shot(page, "22-gate-checklist")
+    row.get_by_role("link", name="2").click()
+
+    page.wait_for_url(f"{live_server.url}/ns/shady/mismatches?status=OPEN")
+    assert page.locator("#mismatch-list tbody tr").count() == 2

@@ -63,3 +63,35 @@ def test_fence_from_the_overview_in_one_step_with_a_typo_caught_beside_its_field
     expect(page.locator("#epoch")).to_have_text("2")
     expect(page.locator("#incident")).to_contain_text("runaway worker writes late")
     shot(page, "18-incident-header")
+
+
+def test_the_effects_backlog_and_a_tasks_page_update_without_a_reload(page, live_server):
+    from claims.models import Effect
+
+    ensure_default_namespace()
+    ui_user("olivia", "operator")
+    operator, worker = make_actor("api-operator", "operator"), make_actor("w-live", "worker")
+    first = operator.create().json()["task_id"]
+    claim = worker.claim(first).json()
+    key = worker.prepare(claim, "notify", {"n": 1}).json()["effect_id"]
+    worker.outcome(claim, key, "UNKNOWN")
+    log_in(page, live_server, "olivia")
+
+    page.goto(f"{live_server.url}/effects/")
+    page.evaluate("window.__notReloaded = true")
+    page.get_by_label("External reference").fill("ticket-42")
+    second = operator.create().json()["task_id"]
+    other = worker.claim(second).json()
+    other_key = worker.prepare(other, "notify", {"n": 2}).json()["effect_id"]
+    worker.outcome(other, other_key, "UNKNOWN")
+    expect(page.get_by_label("External reference")).to_have_count(2, timeout=10_000)
+    assert page.evaluate("window.__notReloaded") is True
+    assert page.get_by_label("External reference").first.input_value() == "ticket-42"
+    assert Effect.objects.filter(state="UNKNOWN").count() == 2
+
+    page.goto(f"{live_server.url}/tasks/{second}")
+    page.evaluate("window.__notReloaded = true")
+    worker.release(other)
+    worker.claim(second)
+    expect(page.locator("#lanes-text tbody tr")).to_have_count(2, timeout=10_000)
+    assert page.evaluate("window.__notReloaded") is True
