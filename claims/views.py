@@ -114,6 +114,10 @@ def effect_reconcile(request: HttpRequest, effect_id: str) -> HttpResponse:
         messages.success(request, f"Effect {effect_id[:12]}… reconciled: now {effect.state}.")
     except ClaimError as exc:
         report(request, exc)
+    if request.POST.get("back_to_task"):  # reconciled from the task's own page: back to the effect's task
+        task_id = Effect.objects.filter(pk=effect_id).values_list("task_id", flat=True).first()
+        if task_id is not None:
+            return redirect("console:task", task_id=task_id)
     return redirect("console:effects")
 
 

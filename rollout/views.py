@@ -290,6 +290,7 @@ def mismatches(request: HttpRequest, ns: str) -> HttpResponse:
         _ctx(
             request,
             ns=namespace,
+            incident=selectors.incident(namespace),
             rows=rows.order_by("-at")[:200],
             grouped=grouped,
             reason=reason,

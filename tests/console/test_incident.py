@@ -62,3 +62,13 @@ def test_a_typo_in_the_confirmation_keeps_the_typed_reason_and_says_so_beside_th
     )
     assert b'id="fence-reason-error"' not in typo.content
     assert fixed.status_code == 302 and Namespace.objects.get(name="default").scheduler_epoch == 2
+
+
+def test_the_mismatch_report_carries_the_incident_header_too(oncall, operator):
+    assert operator.post("/namespaces", {"name": "shady", "stage": "SHADOW"}).status_code == 201
+    assert oncall.post("/namespaces/shady/fence", {"reason": "shadow looks wrong"}).status_code == 200
+
+    page = login("viewer").get("/ns/shady/mismatches")
+
+    assert page.context["incident"]["paused_by"].reason == "shadow looks wrong"
+    assert b'id="incident"' in page.content and b"shadow looks wrong" in page.content

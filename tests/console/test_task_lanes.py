@@ -28,3 +28,21 @@ def test_a_fenced_attempt_is_shown_fenced_and_the_new_one_holding(
     assert 0 <= lanes[0]["left"] < lanes[1]["left"] <= 100
     assert b"This task&#x27;s mismatches" in page.content or b"This task's mismatches" in page.content
     assert b'class="lane-row fenced"' in page.content and b'class="lane-row holding"' in page.content
+
+
+def test_an_unknown_effect_is_reconciled_from_the_tasks_page(worker_a, ready_task):
+    from claims.models import Effect
+
+    claim = worker_a.claim(ready_task).json()
+    key = worker_a.prepare(claim, "notify", {"n": 1}).json()["effect_id"]
+    worker_a.outcome(claim, key, "UNKNOWN")
+    ui = login("operator")
+    assert b'class="inline reconcile"' in ui.get(f"/tasks/{ready_task}").content
+
+    answer = ui.post(
+        f"/effects/{key}/reconcile",
+        {"observed": "OCCURRED", "external_ref": "ticket-7", "back_to_task": "1"},
+    )
+
+    assert answer.status_code == 302 and answer["Location"] == f"/tasks/{ready_task}"
+    assert Effect.objects.get(pk=key).state == "COMMITTED"
