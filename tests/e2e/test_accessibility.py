@@ -86,3 +86,14 @@ def test_every_console_page_passes_axe_and_fits_the_screen(page, live_server, ax
 
     assert problems == {}, json.dumps(problems, indent=1)
     assert _contrast(page) >= 3.0
+
+
+def test_the_forbidden_page_passes_axe(page, live_server, axe):
+    ensure_default_namespace()
+    ui_user("vic", "viewer")
+    log_in(page, live_server, "vic")
+
+    refused = page.goto(f"{live_server.url}/audit/")
+
+    assert refused.status == 403
+    assert _violations(page, axe) == []
