@@ -20,6 +20,9 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 CAPPED_HEADER = "X-Count-Capped"
+MAX_OFFSET = (
+    2**31
+)  # a page number whose offset is beyond this is no page (the fuzzer sent 10**20: a 500 before)
 
 
 class Pagination(PageNumberPagination):
@@ -37,9 +40,9 @@ class Pagination(PageNumberPagination):
             number = int(raw)
         except (TypeError, ValueError):
             number = 0
-        if number < 1:
-            raise NotFound("Invalid page.")
         offset = (number - 1) * size
+        if number < 1 or offset > MAX_OFFSET:  # past any real list, and past what the database's OFFSET takes
+            raise NotFound("Invalid page.")
         rows = list(queryset[offset : offset + size + 1])
         self.number, self.has_next = number, len(rows) > size
         rows = rows[:size]

@@ -141,7 +141,7 @@ def audit(request: HttpRequest) -> HttpResponse:
     principal; newest first, a page at a time (``before``)."""
     filters = {key: request.GET.get(key, "").strip() for key in ("namespace", "action", "principal")}
     raw_before = request.GET.get("before", "")
-    before = int(raw_before) if raw_before.isdigit() else None
+    before = int(raw_before) if raw_before.isdigit() and len(raw_before) < 19 else None  # a bigint or nothing
     entries, older = selectors.audit_entries(**filters, before=before)
     return render(
         request,

@@ -339,7 +339,7 @@ def mismatch_mark(request: HttpRequest, mismatch_id: int) -> HttpResponse:
 def mismatches_review(request: HttpRequest, ns: str) -> HttpResponse:
     """Review several mismatches of the namespace with one note: each through the review service (its own
     transaction, audited), and what was refused is said."""
-    ids = [int(i) for i in request.POST.getlist("ids") if i.isdigit()]
+    ids = [int(i) for i in request.POST.getlist("ids") if i.isdigit() and len(i) < 19]  # bigints only
     chosen = list(Mismatch.objects.filter(namespace=ns, pk__in=ids).values_list("pk", flat=True))
     if not chosen:
         messages.error(request, "Select at least one mismatch to review.")

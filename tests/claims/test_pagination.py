@@ -28,6 +28,7 @@ def test_a_short_list_is_counted_exactly(operator, default_namespace):
     assert "X-Count-Capped" not in page.headers
     assert operator.get("/tasks", page_size=5, page=3).status_code == 404
     assert operator.get("/tasks", page="x").status_code == 404
+    assert operator.get("/tasks", page=str(10**20)).status_code == 404  # not a database error
 
 
 def test_past_the_cap_the_count_is_the_cap_and_says_so_and_next_still_leads_on(

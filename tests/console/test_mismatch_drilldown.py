@@ -74,6 +74,8 @@ def test_several_mismatches_are_reviewed_with_one_note(operator, worker_a, worke
         ("OPEN", ""),
     ]
     assert AuditEntry.objects.filter(action="mismatch_review").count() == 2
+    huge = ui.post("/ns/shade/mismatches/review", {"ids": [str(10**20)], "status": "BUG"})
+    assert huge.status_code == 302 and Mismatch.objects.filter(status="BUG").count() == 0
     assert (
         login("viewer").post("/ns/shade/mismatches/review", {"ids": ids[2:], "status": "BUG"}).status_code
         == 403
