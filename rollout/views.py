@@ -276,14 +276,6 @@ def mismatches(request: HttpRequest, ns: str) -> HttpResponse:
         )
         .order_by("-total")
     )
-    now = clock.now()
-    hours = Counter(
-        int((now - at).total_seconds() // 3600)
-        for at in Mismatch.objects.filter(namespace=ns, at__gte=now - timedelta(hours=24)).values_list(
-            "at", flat=True
-        )
-    )
-    series = [(f"{h}h ago", hours.get(h, 0)) for h in range(23, -1, -1)]
     return render(
         request,
         "rollout/mismatches.html",
@@ -297,7 +289,6 @@ def mismatches(request: HttpRequest, ns: str) -> HttpResponse:
             status=status,
             reasons=list(MismatchReason.values),
             over_time=selectors.mismatches_per_hour(ns, clock.now()),
-            chart=bar_chart(series, unit=" mismatches"),
         ),
     )
 

@@ -38,6 +38,11 @@ def _violations(page, axe: Path) -> list[str]:
     return [f"{v['id']}: {v['help']} ({len(v['nodes'])}× e.g. {v['nodes'][0]['html'][:120]})" for v in found]
 
 
+WIDEST = """() => [...document.querySelectorAll('body *')]
+  .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)
+  .map(e => `${e.tagName}.${e.className} ${Math.round(e.getBoundingClientRect().right)}`).slice(0, 5)"""
+
+
 def _contrast(page) -> float:
     """The focused element's outline colour against the page's background, WCAG's contrast ratio."""
     return page.evaluate(
@@ -78,7 +83,8 @@ def test_every_console_page_passes_axe_and_fits_the_screen(page, live_server, ax
         page.goto(f"{live_server.url}{path}")
         found = _violations(page, axe)
         if not page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"):
-            found.append(f"wider than the {width} px screen")
+            wide = page.evaluate(WIDEST)
+            found.append(f"wider than the {width} px screen: {wide}")
         if found:
             problems[path] = found
     page.goto(f"{live_server.url}/audit/")
