@@ -1,5 +1,5 @@
 // Draws every <canvas data-chart="ID"> from the JSON in <script id="ID" type="application/json"> with Chart.js
-// (vendored, scripts/vendor-chartjs.sh): {type, labels, datasets: [{label, data}], x, y, stacked}. The numbers are
+// (vendored, scripts/vendor-js.sh): {type, labels, datasets: [{label, data}], x, y, stacked}. The numbers are
 // also on the page as a table (the chart's text alternative); this only draws them.
 (function () {
   const palette = ["#1a4fb5", "#8a1c1c", "#1d6b38", "#8a5a00", "#5b2a86", "#3d4f63"];
