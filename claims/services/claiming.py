@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -17,7 +17,7 @@ from ..states import check_transition
 from . import _sql, statements
 from ._base import NamespaceHold, RejectionLog, event_statement, hold_namespace, run_guard
 from .authority import acceptance_point, require_epoch_and_pause, require_owner
-from .resources import take_fences
+from .resources import KeysForClaims
 
 
 @dataclass(frozen=True)
@@ -109,9 +109,12 @@ def task_claim(
        and on the instant the lock was granted, not the instant we began waiting.
     2. Refuse in the contract's order: FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH,
        NOT_CLAIMABLE (STATE | LEASE_LIVE).
-    3. Write the claim; the WHERE carries the (claim_generation, state_version) we decided on, a second guard.
-    4. End the previous attempt, create our own, append `claimed` or `reclaimed`, take the resources' fences
-       (RESOURCE_HELD rolls everything back).
+    3. Lock the task's resource keys FOR UPDATE in key order and read the clock again: a key held by a live
+       attempt of another task is NOT_CLAIMABLE (RESOURCE_HELD), judged on that clock — and the grant's attempt
+       starts, and its lease runs, from that same clock (``KeysForClaims``).
+    4. Write the claim; the WHERE carries the (claim_generation, state_version) we decided on, a second guard.
+    5. End the previous attempt, create our own, append `claimed` or `reclaimed`, take the keys' next fence
+       tokens — the writes in one round trip.
     """
     check_lease_seconds("ttl_seconds", ttl_seconds)
     with acceptance_point(
@@ -135,8 +138,13 @@ def task_claim(
             task.state, TaskState.CLAIMED, "reclaim" if task.state == TaskState.CLAIMED else "claim"
         )
         interleave.reach("task_claim.read")
+        # RESOURCE_HELD here rolls the whole transaction back. The grant is written on the clock read once the
+        # keys are locked: the previous holder was judged on it, so the new attempt starts on it too.
+        keys = KeysForClaims(ns).lock([task])
+        keys.require_free(task)
+        previous = _previous_claim(task, keys.ns) if task.state == TaskState.CLAIMED else None
         values = _claim_values(
-            task, ns=ns, owner_id=owner_id, ttl_seconds=ttl_seconds, attempt_id=uuid.uuid4()
+            task, ns=keys.ns, owner_id=owner_id, ttl_seconds=ttl_seconds, attempt_id=uuid.uuid4()
         )
         won = _sql.update(
             Task,
@@ -148,11 +156,12 @@ def task_claim(
             **values,
         )
         assert won == 1, "a locked row changed under us"
-        previous = _previous_claim(task, ns) if task.state == TaskState.CLAIMED else None
         _apply(task, values)
-        # RESOURCE_HELD here rolls the whole transaction back, the claim's write included.
-        fences, kept = take_fences(task, ns=ns)
-        grant = _grant(task, previous=previous, ns=ns, principal=principal, fences=fences, kept=kept)
+        fences, kept, key_writes = keys.take(task)
+        writes, grant = _grant_writes(
+            task, previous=previous, ns=keys.ns, principal=principal, fences=fences, kept=kept
+        )
+        _sql.together(*key_writes, *writes)
     return grant
 
 
@@ -169,13 +178,6 @@ def _previous_claim(task: Task, ns: NamespaceHold) -> dict[str, Any]:
     }
 
 
-def _grant(task: Task, **kwargs: Any) -> ClaimGrant:
-    """``_grant_writes`` sent at once, inside the caller's transaction."""
-    writes, grant = _grant_writes(task, **kwargs)
-    _sql.together(*writes)
-    return grant
-
-
 def _grant_writes(
     task: Task,
     *,
@@ -187,7 +189,7 @@ def _grant_writes(
 ) -> tuple[list[_sql.Statement], ClaimGrant]:
     """The writes of a won claim, once the task row carries the new claim — end the previous attempt (expired or
     fenced), create the new one, append `claimed` or `reclaimed` — not yet sent: the caller sends them in one
-    statement (``_grant``), a batch all its grants' at once."""
+    statement, a batch all its grants' at once (``_Batch.send``)."""
     assert task.attempt_id is not None and task.lease_expires_at is not None  # the claim just written
     writes = []
     if previous is not None:
@@ -238,13 +240,6 @@ def _grant_writes(
     )
 
 
-class _ResourceRace(Exception):
-    """claim-next picked a task whose resource another claim took between the pick and the fence."""
-
-    def __init__(self, task_id: str):
-        self.task_id = task_id
-
-
 def task_claim_next(
     *,
     principal: Principal,
@@ -253,15 +248,10 @@ def task_claim_next(
     ttl_seconds: int,
     namespace: str = "default",
     node_ids: list[str] | None = None,
+    passed_over: list[str] | None = None,
 ) -> ClaimGrant | None:
-    """Claim the oldest claimable task of a namespace, or None when nothing is claimable (the API's 204).
-
-    Candidates are taken with SELECT … FOR NO KEY UPDATE SKIP LOCKED: a row another claimer is deciding on is
-    passed over instead of waited for, so concurrent callers never receive the same task and never herd on one
-    row. READY tasks come first (oldest first), then claims whose lease ran out or whose epoch was fenced. Tasks
-    whose resources a live attempt of another task holds are passed over; if another claim takes such a resource
-    between our pick and our fence, the transaction rolls back and we pick again without that task.
-    """
+    """Claim the oldest claimable task of a namespace, or None when nothing is claimable (the API's 204): a batch
+    of one (``task_claim_batch``)."""
     grants = task_claim_batch(
         principal=principal,
         owner_id=owner_id,
@@ -270,6 +260,7 @@ def task_claim_next(
         max_tasks=1,
         namespace=namespace,
         node_ids=node_ids,
+        passed_over=passed_over,
     )
     return grants[0] if grants else None
 
@@ -286,52 +277,27 @@ def task_claim_batch(
     max_tasks: int,
     namespace: str = "default",
     node_ids: list[str] | None = None,
+    passed_over: list[str] | None = None,
 ) -> list[ClaimGrant]:
-    """Claim up to ``max_tasks`` (1..100) claimable tasks of a namespace in one transaction, each exactly as
-    ``task_claim_next`` claims one — its own attempt, generation and fences — picked one after another under the
-    one namespace hold (so the epoch and the pause are judged once, on what the lock holds). Empty when nothing is
-    claimable. A resource race rolls the whole batch back and it is picked again without that task."""
+    """Claim up to ``max_tasks`` (1..100) claimable tasks of a namespace in one transaction, each exactly as a
+    single claim — its own attempt, generation and fences — under the one namespace hold (the epoch and the pause
+    judged once, on what the lock holds). Empty only when nothing is claimable. ``passed_over``: tasks not to take.
+
+    Candidates are taken with SKIP LOCKED: a row another claimer is deciding on is passed over instead of waited
+    for, so concurrent callers never receive the same task and never herd on one row. READY tasks come first
+    (oldest first), then claims whose lease ran out or whose epoch was fenced. A candidate that lists resources
+    is taken only if none of its keys is held by a live attempt of another task or by an earlier grant of this
+    batch (at most one task per key), judged on the keys locked — never a rollback of the whole batch: a task
+    that may not be taken is passed over and the batch picks on, so it answers nothing only when nothing remains
+    that it may take.
+    """
     check_lease_seconds("ttl_seconds", ttl_seconds)
     if not 1 <= max_tasks <= MAX_BATCH:
         raise Invalid({"max_tasks": [f"must be between 1 and {MAX_BATCH}"]})
     log = RejectionLog(
         AcceptancePoint.CLAIM, principal=principal, scheduler_epoch=scheduler_epoch, owner_id=owner_id
     )
-    passed_over: list[str] = []
-    with log:
-        for attempt in range(8):
-            try:
-                return _claim_next_once(
-                    log,
-                    skip_held=attempt > 0,
-                    principal=principal,
-                    owner_id=owner_id,
-                    scheduler_epoch=scheduler_epoch,
-                    ttl_seconds=ttl_seconds,
-                    namespace=namespace,
-                    node_ids=node_ids,
-                    passed_over=passed_over,
-                    max_tasks=max_tasks,
-                )
-            except _ResourceRace as race:
-                passed_over.append(race.task_id)
-        return []
-
-
-def _claim_next_once(
-    log: RejectionLog,
-    *,
-    skip_held: bool,
-    principal: Principal,
-    owner_id: str,
-    scheduler_epoch: int,
-    ttl_seconds: int,
-    namespace: str,
-    node_ids: list[str] | None,
-    passed_over: list[str],
-    max_tasks: int,
-) -> list[ClaimGrant]:
-    with transaction.atomic(durable=True):
+    with log, transaction.atomic(durable=True):
         try:
             ns = hold_namespace(name=namespace)
         except NotFound:
@@ -340,115 +306,148 @@ def _claim_next_once(
         run_guard(AcceptancePoint.CLAIM, ns)
         require_owner(principal, owner_id)
         require_epoch_and_pause(ns, scheduler_epoch)
-        now_param = _sql.prep(Task, "lease_expires_at", ns.now)
-        # The first pick is the plain oldest-first one (a short plan). Only when it hit a task whose resource
-        # another task holds do the retries add the held-resource filter, which passes over all such tasks at once.
-        held, held_params = (
-            (f" AND {statements.not_held('c')}", [False, now_param]) if skip_held else ("", [])
+        batch = _Batch(
+            ns=ns,
+            principal=principal,
+            owner_id=owner_id,
+            ttl_seconds=ttl_seconds,
+            max_tasks=max_tasks,
+            node_ids=node_ids or [],
+            passed_over=list(passed_over or []),
         )
-        filters, filter_params = "", []
-        if node_ids:
-            filters += f" AND c.node_id IN ({_sql.placeholders(node_ids)})"
-            filter_params += list(node_ids)
-        if passed_over:
-            filters += f" AND c.task_id NOT IN ({_sql.placeholders(passed_over)})"
-            filter_params += passed_over
-        grants: list[ClaimGrant] = []
-        ready_left = True  # once the READY pick finds nothing, the rest of a batch only reclaims
-        table = Task._meta.db_table
-        lease = ns.now + timedelta(seconds=ttl_seconds)
-        if max_tasks > 1 and _sql.is_postgres():
-            # A batch's READY picks in one statement, their attempts and events in one more.
+        for reclaim in (False, True):
+            batch.fill(reclaim=reclaim)
+        batch.send()
+        return batch.grants
+
+
+@dataclass
+class _Batch:
+    """One claim transaction's picks and grants (``task_claim_batch``)."""
+
+    ns: NamespaceHold
+    principal: Principal
+    owner_id: str
+    ttl_seconds: int
+    max_tasks: int
+    node_ids: list[str]
+    passed_over: list[str]
+    grants: list[ClaimGrant] = field(default_factory=list)
+    writes: list[_sql.Statement] = field(default_factory=list)
+    skip_held: bool = False  # once a task with a held key was met, picks pass over all such tasks at once
+    keys: KeysForClaims | None = None  # the keys this transaction locked, once it locked any
+
+    def fill(self, *, reclaim: bool) -> None:
+        """Pick and grant until the batch is full or no candidate of the kind is left. Each round picks only
+        what is still wanted; a round's candidates that may not be taken are passed over by the next."""
+        while (want := self.max_tasks - len(self.grants)) > 0:
+            picked = self._pick(reclaim=reclaim, want=want)
+            if not picked:
+                return
+            contenders = []
+            for task in picked:
+                if getattr(task, "granted", False):  # claimed by the pick itself: no resources
+                    self._grant(task, previous=None, ns=self.ns, fences={}, kept={}, key_writes=[])
+                else:
+                    contenders.append(task)
+            if contenders:
+                self._contend(contenders, reclaim=reclaim)
+            if len(picked) < want:
+                return
+
+    def _filters(self) -> tuple[str, list[Any]]:
+        sql, params = "", []
+        if self.skip_held:
+            sql += f" AND {statements.not_held('c')}"
+            params += [False, _sql.prep(Task, "lease_expires_at", self.ns.now)]
+        if self.node_ids:
+            sql += f" AND c.node_id IN ({_sql.placeholders(self.node_ids)})"
+            params += self.node_ids
+        if self.passed_over:
+            sql += f" AND c.task_id NOT IN ({_sql.placeholders(self.passed_over)})"
+            params += self.passed_over
+        return sql, params
+
+    def _pick(self, *, reclaim: bool, want: int) -> list[Task]:
+        extra, params = self._filters()
+        ns = self.ns
+        if not reclaim and _sql.is_postgres():
+            lease = ns.now + timedelta(seconds=self.ttl_seconds)
             picked = _sql.load(
                 Task,
-                statements.claim_oldest_ready_many(extra=held + filters),
+                statements.pick_ready(extra=extra),
                 [
-                    TaskState.CLAIMED,
-                    ns.scheduler_epoch,
-                    owner_id,
-                    _sql.prep(Task, "lease_expires_at", lease),
-                    _sql.prep(Task, "updated_at", ns.now),
                     ns.id,
                     TaskState.READY,
-                    *held_params,
-                    *filter_params,
-                    max_tasks,
+                    *params,
+                    want,
+                    TaskState.CLAIMED,
+                    ns.scheduler_epoch,
+                    self.owner_id,
+                    _sql.prep(Task, "lease_expires_at", lease),
+                    _sql.prep(Task, "updated_at", ns.now),
                 ],
             )
             picked.sort(key=lambda t: (t.created_at, t.task_id))
-            writes: list[_sql.Statement] = []
-            for task in picked:
-                check_transition(TaskState.READY, TaskState.CLAIMED, "claim")
-                log.task_id = task.pk
-                try:
-                    fences, kept = take_fences(task, ns=ns)
-                except NotClaimable:
-                    raise _ResourceRace(task.pk) from None
-                more, grant = _grant_writes(
-                    task, previous=None, ns=ns, principal=principal, fences=fences, kept=kept
-                )
-                writes += more
-                grants.append(grant)
-            if writes:
-                _sql.together(*writes)
-            ready_left = len(picked) == max_tasks
-        while len(grants) < max_tasks:
-            attempt_id = uuid.uuid4()
-            claimed = (
-                _sql.load(
-                    Task,
-                    statements.claim_oldest_ready(extra=held + filters),
-                    [
-                        TaskState.CLAIMED,
-                        ns.scheduler_epoch,
-                        _sql.prep(Task, "attempt_id", attempt_id),
-                        owner_id,
-                        _sql.prep(Task, "lease_expires_at", lease),
-                        _sql.prep(Task, "updated_at", ns.now),
-                        ns.id,
-                        TaskState.READY,
-                        *held_params,
-                        *filter_params,
-                    ],
-                )
-                if ready_left
-                else []
+            return picked
+        state_params: list[Any] = [ns.id, TaskState.CLAIMED if reclaim else TaskState.READY]
+        if reclaim:
+            state_params += [_sql.prep(Task, "lease_expires_at", ns.now), ns.scheduler_epoch]
+        return _sql.load(
+            Task, statements.pick_candidates(reclaim=reclaim, extra=extra), [*state_params, *params, want]
+        )
+
+    def _contend(self, contenders: list[Task], *, reclaim: bool) -> None:
+        """Claim the picked, locked, not yet claimed candidates that may be taken, in their order."""
+        listing = [task for task in contenders if task.resources]
+        keys = None
+        if listing:
+            # The first lock of keys may wait (one statement, key order, after the task rows: the documented
+            # order). A later round already holds keys, so it skips the ones another transaction holds.
+            first = self.keys is None
+            keys = self.keys = (self.keys or KeysForClaims(self.ns)).lock(listing, skip_locked=not first)
+        for task in contenders:
+            ns = self.ns
+            if task.resources:
+                assert keys is not None
+                if keys.held_against(task) is not None:
+                    self.passed_over.append(task.task_id)
+                    self.skip_held = True
+                    continue
+                ns = keys.ns  # the clock the holders were judged on
+            check_transition(task.state, TaskState.CLAIMED, "reclaim" if reclaim else "claim")
+            previous = _previous_claim(task, ns) if reclaim else None
+            values = _claim_values(
+                task, ns=ns, owner_id=self.owner_id, ttl_seconds=self.ttl_seconds, attempt_id=uuid.uuid4()
             )
-            previous = None
-            if claimed:
-                task = claimed[0]
-                check_transition(TaskState.READY, TaskState.CLAIMED, "claim")
-            else:
-                ready_left = False
-                # Nothing READY: reclaim the claim whose lease ran out first (or that a fence ended).
-                task = _sql.select_one(
-                    Task,
-                    {"namespace_id": ns.id, "state": TaskState.CLAIMED},
-                    also="(lease_expires_at <= %s OR scheduler_epoch < %s)"
-                    + (f" AND {statements.not_held(table)}" if skip_held else "")
-                    + filters.replace("c.", f"{table}."),
-                    also_params=[now_param, ns.scheduler_epoch, *held_params, *filter_params],
-                    tail=f" ORDER BY lease_expires_at, task_id LIMIT 1{_sql.lock_clause('FOR NO KEY UPDATE SKIP LOCKED')}",
-                )
-                if task is None:
-                    break
-                check_transition(task.state, TaskState.CLAIMED, "reclaim")
-                previous = _previous_claim(task, ns)
-                values = _claim_values(
-                    task, ns=ns, owner_id=owner_id, ttl_seconds=ttl_seconds, attempt_id=attempt_id
-                )
-                # We hold the row lock; the generation in the WHERE is a second guard, not the race's closer.
-                updated = _sql.update(
-                    Task, {"task_id": task.pk, "claim_generation": task.claim_generation}, **values
-                )
-                assert updated == 1, "a locked row changed under us"
-                _apply(task, values)
-            log.task_id = task.pk
-            try:
-                fences, kept = take_fences(task, ns=ns)
-            except NotClaimable:
-                raise _ResourceRace(task.pk) from None
-            grants.append(
-                _grant(task, previous=previous, ns=ns, principal=principal, fences=fences, kept=kept)
+            # We hold the row lock; the generation in the WHERE is a second guard, not the race's closer.
+            updated = _sql.update(
+                Task, {"task_id": task.pk, "claim_generation": task.claim_generation}, **values
             )
-        return grants
+            assert updated == 1, "a locked row changed under us"
+            _apply(task, values)
+            fences, kept, key_writes = keys.take(task) if keys is not None else ({}, {}, [])
+            self._grant(task, previous=previous, ns=ns, fences=fences, kept=kept, key_writes=key_writes)
+
+    def _grant(
+        self,
+        task: Task,
+        *,
+        previous: dict[str, Any] | None,
+        ns: NamespaceHold,
+        fences: dict[str, int],
+        kept: dict[str, Any],
+        key_writes: list[_sql.Statement],
+    ) -> None:
+        if previous is None:
+            check_transition(TaskState.READY, TaskState.CLAIMED, "claim")
+        writes, grant = _grant_writes(
+            task, previous=previous, ns=ns, principal=self.principal, fences=fences, kept=kept
+        )
+        self.writes += key_writes + writes
+        self.grants.append(grant)
+
+    def send(self) -> None:
+        """Every grant's attempts, events and key writes in one round trip."""
+        if self.writes:
+            _sql.together(*self.writes)

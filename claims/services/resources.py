@@ -51,46 +51,95 @@ def _live_holder(key: ResourceKey, now: datetime) -> Task | None:
     return holder
 
 
-def take_fences(task: Task, *, ns: NamespaceHold) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
-    """Inside a claim's transaction, after the task row carries the new attempt: take the next fence token at
-    every resource the task lists. Keys are locked FOR UPDATE in key order (two claims over overlapping resources
-    never deadlock). Raises NotClaimable(RESOURCE_HELD) when a live attempt of another task holds one; the caller's
-    transaction then rolls back, claim included.
+class KeysForClaims:
+    """The resource keys a claim (or a batch of claims) may take, locked FOR UPDATE in key order after the task
+    rows, with the clock read once they were held (``now``): every holder is judged on that clock, and a grant that
+    takes a key records its attempt's start and lease from it — so no record shows a new holder starting inside
+    the previous holder's lease. ``skip_locked``: keys another transaction is deciding on are left out (a batch's
+    later rounds, which already hold keys and so must never wait for more: that could close a cycle); a task
+    listing a key left out is not free."""
 
-    Returns ({key: token}, {key: {"incarnation", "token"}}): the API's ``fences`` and what the attempt keeps.
-    """
-    if not task.resources:
-        return {}, {}
-    keys = sorted(task.resources)
-    locked, db_now = lock_keys(keys, lock="FOR UPDATE")
-    # Judged on the clock read once the keys are locked: a holder whose lease ran out while we waited is not live.
-    now = ns.at(db_now).now
-    by_key = {row.resource_key: row for row in locked}
-    for key in keys:
-        row = by_key[key]
-        if row.holder_task_id not in (None, task.task_id) and _live_holder(row, now) is not None:
-            raise NotClaimable(
-                f"resource {key} is held by a live attempt of task {row.holder_task_id}",
-                reason="RESOURCE_HELD",
-                current={"resource": {"resource_key": key, "held_by_task": row.holder_task_id}},
+    def __init__(self, ns: NamespaceHold):
+        self.ns = ns
+        self.rows: dict[str, ResourceKey] = {}
+        self.live_holders: set[tuple[str, Any]] = set()
+        self.taken: set[str] = set()  # keys a grant of this transaction took
+
+    def lock(self, tasks: list[Task], *, skip_locked: bool = False) -> KeysForClaims:
+        """Lock the keys ``tasks`` list that this transaction has not locked yet, in key order, and read the clock
+        after them (``ns``)."""
+        keys = sorted({key for task in tasks for key in task.resources} - self.rows.keys())
+        if not keys:
+            return self
+        lock = "FOR UPDATE SKIP LOCKED" if skip_locked else "FOR UPDATE"
+        locked, db_now = lock_keys(keys, lock=lock)
+        self.ns = self.ns.at(db_now)
+        self.rows.update({row.resource_key: row for row in locked})
+        holders = {row.holder_task_id for row in locked if row.holder_task_id is not None}
+        if holders:
+            self.live_holders |= set(
+                Task.objects.filter(
+                    pk__in=holders,
+                    state=TaskState.CLAIMED,
+                    lease_expires_at__gt=self.ns.now,
+                    scheduler_epoch=F("namespace__scheduler_epoch"),
+                ).values_list("task_id", "attempt_id")
             )
-    live = dict(
-        Resource.objects.filter(key_id__in=keys, deleted_at__isnull=True).values_list("key_id", "incarnation")
-    )
-    fences, kept = {}, {}
-    for key in keys:
-        token = by_key[key].fence_token + 1
-        _sql.update(
-            ResourceKey,
-            {"resource_key": key},
-            fence_token=token,
-            holder_task_id=task.task_id,
-            holder_attempt_id=task.attempt_id,
+        return self
+
+    def held_against(self, task: Task) -> str | None:
+        """The first key of ``task`` it may not take now — a live attempt of another task holds it, a grant of this
+        transaction took it, or it was left out locked — or None when the task is free to take them all."""
+        for key in sorted(task.resources):
+            row = self.rows.get(key)
+            if row is None or key in self.taken:
+                return key
+            holder = (row.holder_task_id, row.holder_attempt_id)
+            if row.holder_task_id not in (None, task.task_id) and holder in self.live_holders:
+                return key
+        return None
+
+    def require_free(self, task: Task) -> None:
+        key = self.held_against(task)
+        if key is not None:
+            row = self.rows.get(key)
+            by = row.holder_task_id if row is not None else None
+            raise NotClaimable(
+                f"resource {key} is held by a live attempt of task {by}",
+                reason="RESOURCE_HELD",
+                current={"resource": {"resource_key": key, "held_by_task": by}},
+            )
+
+    def take(self, task: Task) -> tuple[dict[str, int], dict[str, dict[str, Any]], list[_sql.Statement]]:
+        """Once ``task`` carries its new attempt: the next token at each of its keys. Returns the API's ``fences``,
+        what the attempt keeps ({key: {"incarnation", "token"}}) and the key writes, not yet sent."""
+        if not task.resources:
+            return {}, {}, []
+        keys = sorted(task.resources)
+        live = dict(
+            Resource.objects.filter(key_id__in=keys, deleted_at__isnull=True).values_list(
+                "key_id", "incarnation"
+            )
         )
-        fences[key] = token
-        incarnation = live.get(key)
-        kept[key] = {"incarnation": str(incarnation) if incarnation else None, "token": token}
-    return fences, kept
+        fences, kept, writes = {}, {}, []
+        for key in keys:
+            row = self.rows[key]
+            token = row.fence_token + 1
+            writes.append(
+                _sql.update_statement(
+                    ResourceKey,
+                    {"resource_key": key},
+                    fence_token=token,
+                    holder_task_id=task.task_id,
+                    holder_attempt_id=task.attempt_id,
+                )
+            )
+            row.fence_token, row.holder_task_id, row.holder_attempt_id = token, task.task_id, task.attempt_id
+            self.taken.add(key)
+            fences[key] = token
+            incarnation = live.get(key)
+            kept[key] = {"incarnation": str(incarnation) if incarnation else None, "token": token}
+        return fences, kept, writes
 
 
 def lock_keys(keys: list[str], *, lock: str) -> tuple[list[ResourceKey], Any]:

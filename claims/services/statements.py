@@ -83,32 +83,39 @@ def not_held(outer: str) -> str:
     )
 
 
-def claim_oldest_ready(*, extra: str) -> str:
-    """Claim-next's common case in one statement: lock the oldest READY task of the namespace that nobody else
-    is deciding on (SKIP LOCKED: N callers take N different tasks) and write the claim on it, RETURNING the row.
-    ``extra``: further conditions on the candidate ``c``. Params: [CLAIMED, epoch, attempt_id, owner_id,
-    lease_expires_at, updated_at, namespace_id, READY, *extra's]."""
+def pick_ready(*, extra: str) -> str:
+    """A claim's READY picks in one statement (PostgreSQL): up to ``n`` of the namespace's oldest READY tasks that
+    nobody else is deciding on (SKIP LOCKED: N callers take N different tasks), locked. Those that list no resource
+    are claimed by the same statement, each with its own attempt id (``granted``); those that do come back locked
+    and unclaimed — whether their keys may be taken is judged once the keys are locked, and at most one task per
+    key (``resources.KeysForClaims``). Rows in no particular order. ``extra``: further conditions on the candidate
+    ``c``. Params: [namespace_id, READY, *extra's, n, CLAIMED, epoch, owner_id, lease_expires_at, updated_at]."""
     return (
-        f"UPDATE {TASK} SET state = %s, claim_generation = claim_generation + 1, "
-        "state_version = state_version + 1, scheduler_epoch = %s, attempt_id = %s, owner_id = %s, "
-        "lease_expires_at = %s, updated_at = %s "
-        f"WHERE task_id = (SELECT c.task_id FROM {TASK} c WHERE c.namespace_id = %s AND c.state = %s"
-        f"{extra} ORDER BY c.created_at, c.task_id LIMIT 1{_sql.lock_clause('FOR NO KEY UPDATE SKIP LOCKED')}) "
-        "RETURNING *"
+        f"WITH picked AS MATERIALIZED (SELECT c.* FROM {TASK} c WHERE c.namespace_id = %s AND c.state = %s{extra} "
+        "ORDER BY c.created_at, c.task_id LIMIT %s FOR NO KEY UPDATE SKIP LOCKED), "
+        f"claimed AS (UPDATE {TASK} t SET state = %s, claim_generation = t.claim_generation + 1, "
+        "state_version = t.state_version + 1, scheduler_epoch = %s, attempt_id = gen_random_uuid(), owner_id = %s, "
+        "lease_expires_at = %s, updated_at = %s FROM picked p WHERE t.task_id = p.task_id AND NOT p.has_resources "
+        "RETURNING t.*) "
+        "SELECT claimed.*, TRUE AS granted FROM claimed "
+        "UNION ALL SELECT picked.*, FALSE AS granted FROM picked WHERE picked.has_resources"
     )
 
 
-def claim_oldest_ready_many(*, extra: str) -> str:
-    """A batch's READY picks in one statement (PostgreSQL): up to ``n`` of the namespace's oldest READY tasks nobody
-    else is deciding on (SKIP LOCKED), each given its own attempt id, RETURNING the rows (in no particular order).
-    Params: [CLAIMED, epoch, owner_id, lease_expires_at, updated_at, namespace_id, READY, *extra's, n]."""
+def pick_candidates(*, reclaim: bool, extra: str) -> str:
+    """Up to ``n`` candidates locked and not yet claimed (SKIP LOCKED): the oldest READY tasks (SQLite, where
+    writers are serialised whole), or — ``reclaim`` — the claims whose lease ran out first or that a fence ended.
+    Params: [namespace_id, READY or CLAIMED, (now, epoch if reclaim), *extra's, n]."""
+    if reclaim:
+        where, order = (
+            " AND (c.lease_expires_at <= %s OR c.scheduler_epoch < %s)",
+            "c.lease_expires_at, c.task_id",
+        )
+    else:
+        where, order = "", "c.created_at, c.task_id"
     return (
-        f"UPDATE {TASK} SET state = %s, claim_generation = claim_generation + 1, "
-        "state_version = state_version + 1, scheduler_epoch = %s, attempt_id = gen_random_uuid(), owner_id = %s, "
-        "lease_expires_at = %s, updated_at = %s "
-        f"WHERE task_id IN (SELECT c.task_id FROM {TASK} c WHERE c.namespace_id = %s AND c.state = %s"
-        f"{extra} ORDER BY c.created_at, c.task_id LIMIT %s FOR NO KEY UPDATE SKIP LOCKED) "
-        "RETURNING *"
+        f"SELECT c.* FROM {TASK} c WHERE c.namespace_id = %s AND c.state = %s{where}{extra} ORDER BY {order} "
+        f"LIMIT %s{_sql.lock_clause('FOR NO KEY UPDATE SKIP LOCKED')}"
     )
 
 
