@@ -7,11 +7,12 @@ input serializer) → 404 → 403 (not your attempt) → 409 (the service, in ea
 from __future__ import annotations
 
 import threading
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotAuthenticated, PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
@@ -23,7 +24,7 @@ from .errors import ClaimError, exception_handler
 from .models import Namespace, Principal, Task
 from .pagination import Pagination
 from .permissions import AnyRole, IsOncall, IsOperator, IsTaskCreator, IsWorker
-from .waiting import may_wait
+from .waiting import ClaimWait, may_wait
 
 if TYPE_CHECKING:
 
@@ -254,6 +255,9 @@ class ClaimNextApi(APIView):
         grant = services.task_claim_next(principal=principal, **data)
         return None if grant is None else claim_body(grant)
 
+    def release(self, principal: Principal, owner_id: str, grant: dict[str, Any]) -> None:
+        release_grant(principal, owner_id, grant)
+
     @extend_schema(
         operation_id="claim_next",
         request=s.ClaimNextIn,
@@ -269,19 +273,65 @@ class ClaimNextApi(APIView):
         "`wait_seconds`, waits for a task to become claimable (claim-v1.md §9).",
     )
     def post(self, request: AuthedRequest) -> Response:
-        return claim_or_wait(self.claim, request, s.ClaimNextIn)
+        return claim_or_wait(self, request, s.ClaimNextIn)
 
 
-def claim_or_wait(claim: Any, request: AuthedRequest, serializer: type[Serializer]) -> Response:
+def claim_or_wait(view: Any, request: AuthedRequest, serializer: type[Serializer]) -> Response:
     """A claim view's answer: the claim's body, or 204 — one that may wait when ``wait_seconds`` says so
-    (``claims.waiting``: the async view around this one retries ``claim`` when woken)."""
+    (``claims.waiting``: the async view around this one retries ``view.claim`` when woken, as the request's token
+    authenticates again, and gives back with ``view.release`` what it granted to a client that has gone)."""
     data, wait = without_wait(parsed(serializer, request))
-    principal = request.user
-    body = claim(principal, data)
+    body = view.claim(request.user, data)
     if body is not None:
         return Response(body)
+
+    def retry() -> dict[str, Any] | None:
+        return view.claim(reauthenticated(request, view), data)
+
+    def release(answer: dict[str, Any]) -> None:
+        for grant in answer.get("claims", [answer]):
+            view.release(request.user, data["owner_id"], grant)
+
+    nodes = data.get("node_ids")
     return may_wait(
-        Response(status=204), data.get("namespace", "default"), wait, lambda: claim(principal, data)
+        Response(status=204),
+        ClaimWait(
+            namespace=data.get("namespace", "default"),
+            seconds=wait,
+            retry=retry,
+            release=release,
+            nodes=frozenset(nodes) if nodes else None,
+        ),
+    )
+
+
+def reauthenticated(request: Request, view: APIView) -> Principal:
+    """The request's principal as its token authenticates now, with the view's permissions checked again: a
+    waiting claim's every retry is a fresh request as far as authority goes. Raises 401/403 as DRF would."""
+    principal: Principal | None = None
+    for authenticator in request.authenticators or ():
+        found = authenticator.authenticate(request)
+        if found is not None and isinstance(found[0], Principal):
+            principal = found[0]
+            break
+    if principal is None:
+        raise NotAuthenticated("a token is required")
+    request.user = principal  # type: ignore[assignment]  # the permissions below read it
+    for permission in view.get_permissions():
+        if not permission.has_permission(request, view):
+            raise PermissionDenied(getattr(permission, "message", None))
+    return principal
+
+
+def release_grant(principal: Principal, owner_id: str, grant: dict[str, Any]) -> None:
+    """Give back one claim answered to a client that has gone (``claims.waiting``)."""
+    services.task_release(
+        principal=principal,
+        task_id=grant["task_id"],
+        attempt_id=uuid.UUID(str(grant["attempt_id"])),
+        claim_generation=grant["claim_generation"],
+        owner_id=owner_id,
+        scheduler_epoch=grant["scheduler_epoch"],
     )
 
 
@@ -379,6 +429,9 @@ class ClaimBatchApi(APIView):
         claims = self.claims(principal, data)
         return {"outcome": "CLAIMED", "claims": claims} if claims else None  # each already its answer's body
 
+    def release(self, principal: Principal, owner_id: str, grant: dict[str, Any]) -> None:
+        release_grant(principal, owner_id, grant)
+
     @extend_schema(
         operation_id="claim_batch",
         request=s.ClaimBatchIn,
@@ -392,7 +445,7 @@ class ClaimBatchApi(APIView):
         "task whose resources are held is passed over. 409 FENCED (EPOCH) or CLAIMS_PAUSED.",
     )
     def post(self, request: AuthedRequest) -> Response:
-        return claim_or_wait(self.claim, request, s.ClaimBatchIn)
+        return claim_or_wait(self, request, s.ClaimBatchIn)
 
 
 class CommitsApi(APIView):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from . import clock
 from .errors import NotFound
@@ -15,6 +15,7 @@ from .models import (
     EffectState,
     EventKind,
     Namespace,
+    ResourceKey,
     StagedResult,
     Task,
     TaskEvent,
@@ -119,15 +120,35 @@ def ready_to_commit_seconds(*, since: datetime | None = None) -> list[float]:
     ]
 
 
-def next_lease_expiry(*, namespace: str) -> datetime | None:
-    """When the namespace's first live lease runs out (its task becomes claimable again), or None. A waiting claim
-    wakes then even if nothing is notified: an expiry is a change nobody writes."""
-    return (
-        Task.objects.filter(namespace__name=namespace, state=TaskState.CLAIMED)
+def next_lease_expiry(*, namespace: str, node_ids: list[str] | None = None) -> datetime | None:
+    """When the next lease that could give this waiter a task runs out, or None: a waiting claim wakes then even if
+    nothing is notified (an expiry is a change nobody writes). Only leases still running count — one that already
+    ran out is the retry's business, not the timer's (a waiter that cannot take that task must not re-poll for it)
+    — of tasks of the waiter's nodes, and of the attempts holding keys that its READY tasks list (in any
+    namespace): their expiry frees the key."""
+    now = clock.now()
+    own = Task.objects.filter(namespace__name=namespace, state=TaskState.CLAIMED, lease_expires_at__gt=now)
+    listing = Task.objects.filter(namespace__name=namespace, state=TaskState.READY, has_resources=True)
+    if node_ids:
+        own = own.filter(node_id__in=node_ids)
+        listing = listing.filter(node_id__in=node_ids)
+    holders = Task.objects.filter(
+        state=TaskState.CLAIMED,
+        lease_expires_at__gt=now,
+        attempt_id=OuterRef("holder_attempt_id"),
+        task_id=OuterRef("holder_task_id"),
+    )
+    keys = ResourceKey.objects.filter(
+        Exists(holders), task_links__task__in=listing.values("task_id")
+    ).values_list("holder_task_id", flat=True)
+    expiries = [
+        own.order_by("lease_expires_at").values_list("lease_expires_at", flat=True).first(),
+        Task.objects.filter(pk__in=keys, lease_expires_at__gt=now)
         .order_by("lease_expires_at")
         .values_list("lease_expires_at", flat=True)
-        .first()
-    )
+        .first(),
+    ]
+    return min((at for at in expiries if at is not None), default=None)
 
 
 AUDIT_PAGE = 100

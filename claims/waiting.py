@@ -2,28 +2,40 @@
 
 ``waiting(view)`` wraps the claim-next and batch views in an async view. The wrapped DRF view runs as always (in a
 thread, as Django runs any sync view); when it found nothing and the request may wait, it returns its 204 with a
-``ClaimWait`` — the namespace, how long, and how to try again. The async view then awaits, on the server's event
-loop and holding no thread, the first of:
+``ClaimWait`` — the namespace, the ``node_ids`` filter, how long, how to try again and how to give back a grant.
+The async view then awaits, on the server's event loop and holding no thread, the first of:
 
-- a notification for the namespace (``services.wakeups``: a task was created READY, released, requeued, unblocked,
-  or a fence or resume changed who may claim), handed out by this process's one listener;
-- the namespace's first lease running out (``selectors.next_lease_expiry``), which nobody notifies;
+- a notification that suits it (``services.wakeups``: tasks of its nodes became READY — created, released,
+  requeued, unblocked —, an attempt freed resource keys that tasks of its nodes list, or a fence or resume changed
+  who may claim), handed out by this process's one listener;
+- the next lease running out that could give it a task (``selectors.next_lease_expiry``: a lease of its nodes, or
+  of an attempt holding a key its READY tasks list), which nobody notifies;
 - the end of the wait,
 
-and tries the claim again — its own transaction decides, so a notification is a hint only. A notification that
-arrives while the waiter is trying (not queued) wakes nobody; so a waiter notes when each try began and does not
-queue when its namespace was notified since — it tries again at once (the lost wake-up CI once saw as a 20 s wait). Still nothing: it waits
-again until the end; then one last try, and 204.
+and tries the claim again — its own transaction decides, so a notification is a hint only — authenticating the
+request's token again first (a revoked token is refused within ``TOKEN_CACHE_SECONDS``, as any request is).
+A notification that arrives while the waiter is trying (not queued) wakes nobody; so a waiter notes when each try
+began and does not queue when a notification that suits it came since — it tries again at once. Still nothing:
+it waits again until the end; then one last try, and 204.
 
-No herd: a notification for ``count`` tasks wakes at most ``count`` waiters of the namespace in each process
-(oldest first); a woken waiter that finds nothing waits again. A fence or resume wakes them all (each then answers
-FENCED/CLAIMS_PAUSED or claims). The listener, one PostgreSQL connection per server process, wakes every waiter when
-it (re)connects, so a notification sent while it was away only delays.
+Targeted, no herd: a notification for ``n`` tasks of some nodes wakes at most ``n`` waiters of the namespace in
+each process whose filter admits one of those nodes (oldest first); the others stay queued. A woken waiter that
+cannot use its wake-up — its retry is refused, its client has gone, what it was granted had to be given back —
+hands it on to the next waiter it suits (``Hub.hand_on``; each waiter once per notification). One that found
+nothing does not: the task went to another claim. A fence or resume wakes them all (each then answers
+FENCED/CLAIMS_PAUSED or claims). The listener, one PostgreSQL connection per server process, wakes every waiter
+when it (re)connects, so a notification sent while it was away only delays.
 
-Under ASGI (``controlplane.asgi``, which sets ``CONTROLPLANE_SERVER=asgi`` before the URLs are loaded) the views
-are async and an idle waiter is a suspended coroutine and a future. Under WSGI (the embedded ``runserver``, the test
-client, a thread that already runs an event loop) they stay sync views and a wait holds the request's thread on a
-``threading.Event``. On SQLite (the embedded default) there is no listener: a waiter looks again every 0.5 s.
+A client that hangs up gets nothing kept for it. Under ASGI (``controlplane.asgi``, which sets
+``CONTROLPLANE_SERVER=asgi`` before the URLs are loaded) the views are async, an idle waiter is a suspended
+coroutine and a future, and Django cancels the view when the client disconnects: a waiter cancelled while waiting
+leaves the queue (handing on a wake-up it had), one cancelled while its retry runs lets the retry finish and
+releases what it granted. Under WSGI (the embedded ``runserver``, gunicorn's sync workers, the test client) the
+views stay sync and a wait holds the request's thread on a ``threading.Event``; the waiter looks at its client's
+socket every ``GONE_POLL_SECONDS`` and after a grant, and releases the grant when the client has gone — where the
+server lets the socket be found (``runserver``, gunicorn); behind any other WSGI server a grant to a gone client
+is kept until its lease runs out. On SQLite (the embedded default) there is no listener: a waiter looks again
+every 0.5 s.
 """
 
 from __future__ import annotations
@@ -32,6 +44,7 @@ import asyncio
 import functools
 import logging
 import os
+import socket
 import threading
 import time
 from collections import deque
@@ -42,60 +55,91 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.http import HttpResponse
+from rest_framework.exceptions import APIException
 
 from . import clock, interleave, selectors
 from .errors import ClaimError, exception_handler
 from .renderers import SafeJSONRenderer
+from .services import wakeups
 from .services.wakeups import CHANNEL
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5  # SQLite, and the listener's reconnect pause
 
 
-def may_wait(
-    response: Any, namespace: str, seconds: float, retry: Callable[[], dict[str, Any] | None]
-) -> Any:
+def may_wait(response: Any, wait: ClaimWait | None) -> Any:
     """Mark a claim view's 204 as one that may wait (``waiting``)."""
-    if seconds > 0:
-        response.claim_wait = ClaimWait(namespace, seconds, retry)
+    if wait is not None and wait.seconds > 0:
+        response.claim_wait = wait
     return response
 
 
 @dataclass
 class ClaimWait:
-    """A claim that found nothing and may wait: its namespace, its wait, and the same claim again (its answer's
-    body, None for nothing yet; a refusal raises)."""
+    """A claim that found nothing and may wait: its namespace and node filter, its wait, the same claim again
+    (``retry``: its answer's body, None for nothing yet; it authenticates the request's token again, and a refusal
+    raises), and how to give back what a retry granted to a client that has gone (``release``, given the body)."""
 
     namespace: str
     seconds: float
     retry: Callable[[], dict[str, Any] | None]
+    release: Callable[[dict[str, Any]], None]
+    nodes: frozenset[str] | None = None
 
 
 def serving_asgi() -> bool:
     return os.environ.get("CONTROLPLANE_SERVER") == "asgi"
 
 
+def _suits(wanted: frozenset[str] | None, notified: frozenset[str] | None) -> bool:
+    """Whether a waiter filtered to ``wanted`` nodes (None: any) may take a task of ``notified`` (None: any)."""
+    return wanted is None or notified is None or not wanted.isdisjoint(notified)
+
+
+@dataclass(eq=False)
+class Wake:
+    """One notification as this process's waiters see it: the waiters it woke (each request once, by its ticket),
+    so that a woken waiter that could not use it hands it on to one it has not woken yet."""
+
+    namespace: str | None
+    nodes: frozenset[str] | None
+    visited: set[object] = field(default_factory=set)
+
+
 @dataclass(eq=False)
 class _Waiter:
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future = field(repr=False)
+    ticket: object  # the waiting request, the same across its waits
+    nodes: frozenset[str] | None
+    woken_by: Wake | None = None
 
-    def wake(self) -> bool:
-        if self.future.done():
+    def wake(self, wake: Wake) -> bool:
+        raise NotImplementedError
+
+
+@dataclass(eq=False)
+class _AsyncWaiter(_Waiter):
+    loop: asyncio.AbstractEventLoop | None = None
+    future: asyncio.Future | None = field(default=None, repr=False)
+
+    def wake(self, wake: Wake) -> bool:
+        assert self.loop is not None and self.future is not None
+        if self.future.done() or self.woken_by is not None:
             return False
+        self.woken_by = wake
         self.loop.call_soon_threadsafe(_resolve, self.future)
         return True
 
 
 @dataclass(eq=False)
-class _ThreadWaiter:
+class _ThreadWaiter(_Waiter):
     event: threading.Event = field(default_factory=threading.Event)
 
-    def wake(self) -> bool:
-        if self.event.is_set():
+    def wake(self, wake: Wake) -> bool:
+        if self.event.is_set() or self.woken_by is not None:
             return False
+        self.woken_by = wake
         self.event.set()
         return True
 
@@ -105,21 +149,26 @@ def _resolve(future: asyncio.Future) -> None:
         future.set_result(None)
 
 
+_RECENT = 64  # notifications remembered per namespace, for waiters that were trying when one came
+
+
 class Hub:
     """This process's waiters by namespace, and the one listener thread that wakes them."""
 
     def __init__(self) -> None:
-        self._waiters: dict[str, deque[_Waiter | _ThreadWaiter]] = {}
+        self._waiters: dict[str, deque[_Waiter]] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.listening = threading.Event()
         self.woken = (
             0  # waiters woken by notifications since the process started (the herd bound is tested on it)
         )
-        # When each namespace was last notified, and when everything was (a fence, a resume, a reconnect) — on the
-        # monotonic clock. A waiter that marked the time before its last claim attempt does not wait when a
-        # notification came since: it arrived while the waiter was trying, not waiting, and woke nobody.
-        self._notified: dict[str, float] = {}
+        self.handed_on = 0  # waiters woken by a wake-up another waiter could not use
+        # Each namespace's last notifications (when, on the monotonic clock, and for which nodes), and when
+        # everything was notified (a fence, a resume, a reconnect). A waiter that marked the time before its last
+        # claim attempt does not wait when a notification that suits it came since: it arrived while the waiter
+        # was trying, not waiting, and woke nobody.
+        self._recent: dict[str, deque[tuple[float, frozenset[str] | None]]] = {}
         self._notified_all = float("-inf")
 
     def waiting(self) -> int:
@@ -158,8 +207,12 @@ class Hub:
                     quiet = False
                     self.wake(None, None)  # whatever was sent while we were not listening
                     for note in conn.notifies():
-                        count, _, namespace = note.payload.partition(" ")
-                        self.wake(namespace, int(count) if count.isdigit() else None)
+                        try:
+                            namespace, count, nodes = wakeups.parse(note.payload)
+                        except (ValueError, KeyError, TypeError):
+                            log.warning("unreadable claim notification %r", note.payload[:200])
+                            continue
+                        self.wake(namespace, count, nodes)
             except Exception as exc:  # noqa: BLE001 - the listener outlives any one connection
                 if not quiet:  # once per outage, not every half second
                     log.warning("claim listener lost its connection (%s); reconnecting", exc)
@@ -167,37 +220,77 @@ class Hub:
             self.listening.clear()
             time.sleep(POLL_SECONDS)
 
-    def wake(self, namespace: str | None, count: int | None) -> int:
-        """Wake up to ``count`` waiters of ``namespace`` (all of them for None), oldest first."""
-        woken = 0
+    def wake(self, namespace: str | None, count: int | None, nodes: frozenset[str] | None = None) -> int:
+        """Wake up to ``count`` waiters of ``namespace`` (every waiter of every namespace for None) that a task of
+        ``nodes`` suits (None: any node), oldest first; the others stay queued."""
         with self._lock:
             stamp = time.monotonic()
             if namespace is None:
                 self._notified_all = stamp
             else:
-                self._notified[namespace] = stamp
-            queues = (
-                list(self._waiters.values()) if namespace is None else [self._waiters.get(namespace, deque())]
+                self._recent.setdefault(namespace, deque(maxlen=_RECENT)).append((stamp, nodes))
+            wake = Wake(namespace, nodes)
+            queues: list[deque[_Waiter] | None] = (
+                list(self._waiters.values()) if namespace is None else [self._waiters.get(namespace)]
             )
-            for queue in queues:
-                while queue and (count is None or woken < count):
-                    if queue.popleft().wake():
-                        woken += 1
+            woken = sum(self._wake_in(queue, wake, count) for queue in queues if queue)
             self.woken += woken
         return woken
 
-    def _enlist(self, namespace: str, waiter: _Waiter | _ThreadWaiter, since: float) -> bool:
-        """Queue ``waiter`` — unless the namespace was notified at or after ``since`` (the waiter's last try began
-        then): that notification found it trying, not queued, so it must try again now (False). Checked and queued
-        under one lock, so a notification is either seen here or finds the waiter queued."""
+    def _wake_in(self, queue: deque[_Waiter], wake: Wake, count: int | None) -> int:
+        woken = 0
+        for waiter in list(queue):
+            if count is not None and woken >= count:
+                break
+            if waiter.ticket in wake.visited or not _suits(waiter.nodes, wake.nodes):
+                continue
+            queue.remove(waiter)
+            if waiter.wake(wake):
+                wake.visited.add(waiter.ticket)
+                woken += 1
+        return woken
+
+    def hand_on(self, wake: Wake | None, ticket: object) -> int:
+        """The waiter ``ticket`` was woken by ``wake`` and could not use it — its retry was refused, its client is
+        gone, what it was granted was given back: wake one more waiter the notification suits that it has not woken
+        yet. (A retry that found nothing does not hand on: the task went to another claim.)"""
+        if wake is None or wake.namespace is None:  # nothing, or a wake-up every waiter already had
+            return 0
+        with self._lock:
+            wake.visited.add(ticket)
+            queue = self._waiters.get(wake.namespace)
+            woken = self._wake_in(queue, wake, 1) if queue else 0
+            self.handed_on += woken
+        return woken
+
+    def _missed(self, namespace: str, nodes: frozenset[str] | None, since: float) -> bool:
+        """Whether a notification that suits a waiter of ``nodes`` came at or after ``since`` (under the lock)."""
+        if self._notified_all >= since:
+            return True
+        recent = self._recent.get(namespace)
+        if not recent:
+            return False
+        if len(recent) == recent.maxlen and recent[0][0] >= since:
+            return True  # older ones were forgotten: assume one suited
+        for stamp, notified in reversed(recent):
+            if stamp < since:
+                return False
+            if _suits(nodes, notified):
+                return True
+        return False
+
+    def _enlist(self, namespace: str, waiter: _Waiter, since: float) -> bool:
+        """Queue ``waiter`` — unless a notification that suits it came at or after ``since`` (the waiter's last try
+        began then): that notification found it trying, not queued, so it must try again now (False). Checked and
+        queued under one lock, so a notification is either seen here or finds the waiter queued."""
         self._ensure_listener(dict(settings.DATABASE_LISTEN or connection.settings_dict))
         with self._lock:
-            if max(self._notified.get(namespace, float("-inf")), self._notified_all) >= since:
+            if self._missed(namespace, waiter.nodes, since):
                 return False
             self._waiters.setdefault(namespace, deque()).append(waiter)
             return True
 
-    def _discharge(self, namespace: str, waiter: _Waiter | _ThreadWaiter) -> None:
+    def _discharge(self, namespace: str, waiter: _Waiter) -> None:
         with self._lock:
             queue = self._waiters.get(namespace)
             if queue is not None:
@@ -208,73 +301,184 @@ class Hub:
                 if not queue:
                     self._waiters.pop(namespace, None)
 
-    async def wait(self, namespace: str, timeout: float, *, since: float) -> None:
-        """Until a notification wakes this waiter, or ``timeout`` seconds (a coroutine: no thread); at once when one
-        came since ``since``."""
+    async def wait(
+        self, namespace: str, timeout: float, *, since: float, ticket: object, nodes: frozenset[str] | None
+    ) -> Wake | None:
+        """Until a notification that suits the waiter wakes it (returned), or ``timeout`` seconds (a coroutine: no
+        thread); at once when one came since ``since``. Cancelled (the client went away) after a wake-up, it hands
+        the wake-up on."""
         if connection.vendor != "postgresql":
             await asyncio.sleep(min(timeout, POLL_SECONDS))
-            return
+            return None
         loop = asyncio.get_running_loop()
-        waiter = _Waiter(loop, loop.create_future())
+        waiter = _AsyncWaiter(ticket, nodes, loop=loop, future=loop.create_future())
         if not self._enlist(namespace, waiter, since):
-            return
+            return None
         try:
+            assert waiter.future is not None
             await asyncio.wait_for(waiter.future, timeout)
         except TimeoutError:
             pass
+        except asyncio.CancelledError:
+            self._discharge(namespace, waiter)
+            self.hand_on(waiter.woken_by, ticket)
+            raise
         finally:
             self._discharge(namespace, waiter)
+        return waiter.woken_by
 
-    def wait_here(self, namespace: str, timeout: float, *, since: float) -> None:
-        """The same, blocking the calling thread (WSGI)."""
+    def wait_here(
+        self,
+        namespace: str,
+        timeout: float,
+        *,
+        since: float,
+        ticket: object,
+        nodes: frozenset[str] | None,
+        gone: Callable[[], bool] = lambda: False,
+    ) -> Wake | None:
+        """The same, blocking the calling thread (WSGI); it also returns, without a wake-up, once ``gone()`` says
+        the client hung up (looked at every ``GONE_POLL_SECONDS``, no database work)."""
         if connection.vendor != "postgresql":
             time.sleep(min(timeout, POLL_SECONDS))
-            return
-        waiter = _ThreadWaiter()
+            return None
+        waiter = _ThreadWaiter(ticket, nodes)
         if not self._enlist(namespace, waiter, since):
-            return
+            return None
+        deadline = time.monotonic() + timeout
         try:
-            waiter.event.wait(timeout)
+            while (left := deadline - time.monotonic()) > 0:
+                if waiter.event.wait(min(left, GONE_POLL_SECONDS)) or gone():
+                    break
         finally:
             self._discharge(namespace, waiter)
+        return waiter.woken_by
 
 
 hub = Hub()
+GONE_POLL_SECONDS = 0.25
 
 
 def _json(status: int, body: dict[str, Any]) -> HttpResponse:
     return HttpResponse(SafeJSONRenderer().render(body), status=status, content_type="application/json")
 
 
-def _retry(wait: ClaimWait) -> HttpResponse | None:
+def _retry(wait: ClaimWait) -> tuple[int, dict[str, Any]] | None:
+    """The claim again: (200, its body), the refusal's (status, body), or None when nothing is claimable yet."""
     try:
         body = wait.retry()
-    except ClaimError as exc:
+    except (ClaimError, APIException) as exc:
         answer = exception_handler(exc, {})
         assert answer is not None
-        return _json(answer.status_code, dict(answer.data))
-    return None if body is None else _json(200, body)
+        return answer.status_code, dict(answer.data)
+    return None if body is None else (200, body)
 
 
-def _until_expiry(namespace: str) -> float | None:
-    """Seconds until the namespace's first lease runs out, on the database clock."""
-    expiry = selectors.next_lease_expiry(namespace=namespace)
-    return None if expiry is None else max(0.0, (expiry - clock.now()).total_seconds())
+def _release(wait: ClaimWait, body: dict[str, Any]) -> None:
+    """Give back what a retry granted to a client that has gone (each claim of a batch): the tasks are claimable
+    again at once, instead of when the leases run out."""
+    try:
+        wait.release(body)
+    except Exception:  # noqa: BLE001 - the lease still bounds it
+        log.warning("could not release a claim granted to a client that went away", exc_info=True)
+
+
+def _until_expiry(namespace: str, nodes: frozenset[str] | None) -> float | None:
+    """Seconds until the next lease runs out that could give this waiter a task, on the database clock (one
+    read-only transaction)."""
+    with transaction.atomic():
+        expiry = selectors.next_lease_expiry(namespace=namespace, node_ids=sorted(nodes) if nodes else None)
+        return None if expiry is None else max(0.0, (expiry - clock.now()).total_seconds())
+
+
+def _timer(left: float, expiry: float | None) -> float:
+    return left if expiry is None else min(left, max(expiry + 0.01, 0.05))
 
 
 async def _until_claimable(request: Any, wait: ClaimWait, tried_at: float) -> HttpResponse | None:
     """``tried_at``: when the last claim attempt began (``time.monotonic()``, taken before its transaction)."""
+    ticket = object()
     deadline = time.monotonic() + wait.seconds
     while (left := deadline - time.monotonic()) > 0:
-        expiry = await _run(request, _until_expiry, wait.namespace)
-        if expiry is not None:
-            left = min(left, max(expiry + 0.01, 0.05))
+        expiry = await _run(request, _until_expiry, wait.namespace, wait.nodes)
         interleave.reach("claim_wait.found_nothing")
-        await hub.wait(wait.namespace, left, since=tried_at)
+        wake = await hub.wait(
+            wait.namespace, _timer(left, expiry), since=tried_at, ticket=ticket, nodes=wait.nodes
+        )
         tried_at = time.monotonic()
-        answer = await _run(request, _retry, wait)
+        attempt = asyncio.ensure_future(_run(request, _retry, wait))
+        try:
+            answer = await asyncio.shield(attempt)
+        except asyncio.CancelledError:  # the client went away (Django cancels the view): keep nothing for it
+            answer = await attempt
+            if answer is not None and answer[0] == 200:
+                await _run(request, _release, wait, answer[1])
+            hub.hand_on(wake, ticket)
+            raise
         if answer is not None:
-            return answer
+            if answer[0] != 200:
+                hub.hand_on(wake, ticket)
+            return _json(*answer)
+    return None
+
+
+def _client_socket(request: Any) -> socket.socket | None:
+    """The socket of a WSGI request's client, where the server lets us find it: gunicorn's sync and threaded
+    workers (``gunicorn.socket``), and Django's ``runserver`` (``wsgi.input`` is a LimitedStream over the
+    connection's buffered reader). None elsewhere (the test client, other servers)."""
+    environ = getattr(request, "META", {})
+    sock = environ.get("gunicorn.socket")
+    if sock is None:
+        stream = environ.get("wsgi.input")
+        reader = getattr(getattr(stream, "_read", None), "__self__", stream)
+        sock = getattr(getattr(reader, "raw", None), "_sock", None)
+    return sock if isinstance(sock, socket.socket) else None
+
+
+def _gone(sock: socket.socket | None) -> bool:
+    """Whether the client closed its end: a read that would block means it is still there (it sent its request
+    and waits); end of stream or a reset means it is gone."""
+    if sock is None:
+        return False
+    try:
+        data = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+    return data == b""
+
+
+def _until_claimable_here(request: Any, wait: ClaimWait, tried_at: float) -> HttpResponse | None:
+    sock = _client_socket(request)
+    ticket = object()
+    deadline = time.monotonic() + wait.seconds
+    while (left := deadline - time.monotonic()) > 0:
+        expiry = _until_expiry(wait.namespace, wait.nodes)
+        interleave.reach("claim_wait.found_nothing")
+        wake = hub.wait_here(
+            wait.namespace,
+            _timer(left, expiry),
+            since=tried_at,
+            ticket=ticket,
+            nodes=wait.nodes,
+            gone=lambda: _gone(sock),
+        )
+        if _gone(sock):
+            hub.hand_on(wake, ticket)
+            return None
+        tried_at = time.monotonic()
+        answer = _retry(wait)
+        if answer is None:
+            continue
+        status, body = answer
+        if status == 200 and _gone(sock):  # it hung up while we claimed: nobody will receive this
+            _release(wait, body)
+            hub.hand_on(wake, ticket)
+            return None
+        if status != 200:
+            hub.hand_on(wake, ticket)
+        return _json(status, body)
     return None
 
 
@@ -323,21 +527,6 @@ def offloaded(view: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _until_claimable_here(wait: ClaimWait, tried_at: float) -> HttpResponse | None:
-    deadline = time.monotonic() + wait.seconds
-    while (left := deadline - time.monotonic()) > 0:
-        expiry = _until_expiry(wait.namespace)
-        if expiry is not None:
-            left = min(left, max(expiry + 0.01, 0.05))
-        interleave.reach("claim_wait.found_nothing")
-        hub.wait_here(wait.namespace, left, since=tried_at)
-        tried_at = time.monotonic()
-        answer = _retry(wait)
-        if answer is not None:
-            return answer
-    return None
-
-
 def waiting(view: Callable[..., Any]) -> Callable[..., Any]:
     """The view around a claim view that may wait: see the module's docstring."""
     if not serving_asgi():
@@ -349,7 +538,7 @@ def waiting(view: Callable[..., Any]) -> Callable[..., Any]:
             wait = getattr(response, "claim_wait", None)
             if wait is None:
                 return response
-            return _until_claimable_here(wait, tried_at) or response
+            return _until_claimable_here(request, wait, tried_at) or response
 
         return waits_here
 

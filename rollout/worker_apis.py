@@ -5,6 +5,7 @@ Refusals are typed errors, shaped by the one exception handler."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -145,6 +146,9 @@ class ClaimNextApi(core_apis.ClaimNextApi):
         routed = routing.route_claim_next(principal=principal, data=data)
         return None if routed.value is None else _claim_answer(routed)
 
+    def release(self, principal: Any, owner_id: str, grant: dict[str, Any]) -> None:
+        _release_routed(principal, owner_id, grant)
+
     @extend_schema(
         operation_id="claim_next",
         request=core_s.ClaimNextIn,
@@ -158,7 +162,7 @@ class ClaimNextApi(core_apis.ClaimNextApi):
         "claim.v1 picks in every open stage; where legacy decides it then decides the grant." + _ROUTING,
     )
     def post(self, request: AuthedRequest) -> Response:
-        return core_apis.claim_or_wait(self.claim, request, core_s.ClaimNextIn)
+        return core_apis.claim_or_wait(self, request, core_s.ClaimNextIn)
 
 
 def _claim_answer(routed: routing.Routed) -> dict[str, Any]:
@@ -185,6 +189,20 @@ def _claim_answer(routed: routing.Routed) -> dict[str, Any]:
 class ClaimBatchApi(core_apis.ClaimBatchApi):
     def claims(self, principal: Any, data: dict[str, Any]) -> list[dict[str, Any]]:
         return [_claim_answer(routed) for routed in routing.route_claim_batch(principal=principal, data=data)]
+
+    def release(self, principal: Any, owner_id: str, grant: dict[str, Any]) -> None:
+        _release_routed(principal, owner_id, grant)
+
+
+def _release_routed(principal: Any, owner_id: str, grant: dict[str, Any]) -> None:
+    """A claim answered to a client that has gone, given back as the stage routes a release."""
+    data = {
+        "attempt_id": uuid.UUID(str(grant["attempt_id"])),
+        "claim_generation": grant["claim_generation"],
+        "owner_id": owner_id,
+        "scheduler_epoch": grant["scheduler_epoch"],
+    }
+    routing.route("release", principal=principal, task_id=grant["task_id"], data=data)
 
 
 class CommitsApi(core_apis.CommitsApi):

@@ -152,7 +152,8 @@ def task_release(
             owner_id=owner_id,
             point=AcceptancePoint.RELEASE,
         )
-        wakeups.claimable(ns.name)
+        wakeups.claimable(ns.name, nodes=[task.node_id])
+        wakeups.keys_freed(task.resources)
     return task
 
 

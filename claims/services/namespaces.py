@@ -114,6 +114,14 @@ def epoch_fence(
             },
         )
         wakeups.claimable(namespace, wakeups.EVERYONE)  # each waiter answers: claims are paused
+        # The fenced attempts' keys are free for the tasks that list them — in other namespaces too.
+        wakeups.keys_freed(
+            key
+            for keys in Task.objects.filter(pk__in=[row[0] for row in live], has_resources=True).values_list(
+                "resources", flat=True
+            )
+            for key in keys
+        )
         return Namespace.objects.get(pk=ns.id)
 
 

@@ -208,6 +208,7 @@ def task_commit(
         if flipped is None:
             raise NotStaged("this attempt staged no result with this digest", current=at.current)
         interleave.reach("task_commit.checked")
+        wakeups.keys_freed(task.resources)  # the attempt's keys are free for the tasks that list them
         writes = _commit_writes(at, flipped)
         unblocked: list[str] = []
         if task.has_successors:
@@ -508,19 +509,20 @@ def _unblock_successors(task: Task, *, ns: NamespaceHold, principal: Principal) 
     open_predecessor = TaskDependency.objects.filter(task_id=OuterRef("pk")).exclude(
         depends_on__state=TaskState.COMMITTED
     )
-    ready = list(
+    ready_nodes = list(
         Task.objects.filter(pk__in=waiting)
         .exclude(Exists(open_predecessor))
         .order_by("pk")
-        .values_list("pk", flat=True)
+        .values_list("pk", "node_id")
     )
-    if not ready:
+    if not ready_nodes:
         return []
+    ready = [task_id for task_id, _ in ready_nodes]
     check_transition(TaskState.BLOCKED, TaskState.READY, "unblock")
     Task.objects.filter(pk__in=ready, state=TaskState.BLOCKED).update(
         state=TaskState.READY, state_version=F("state_version") + 1, updated_at=ns.now
     )
-    wakeups.claimable(ns.name, len(ready))
+    wakeups.claimable(ns.name, len(ready), nodes=[node for _, node in ready_nodes])
     TaskEvent.objects.bulk_create(
         [
             new_event(

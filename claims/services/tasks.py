@@ -168,7 +168,7 @@ def task_create(
                 principal=principal, action="task_create", at=ns.now, namespace=ns.name, target=task.task_id
             )
         if task.state == TaskState.READY:
-            wakeups.claimable(ns.name)
+            wakeups.claimable(ns.name, nodes=[node_id])
     return TaskCreated(task, created=True)
 
 
@@ -196,6 +196,8 @@ def task_cancel(*, principal: Principal, task_id: str, reason: str) -> Task:
             "owner_id": task.owner_id,
         }
         _end_current_attempt(task, reason=AttemptEnd.CANCELLED, at=ns.now)
+        if task.attempt_id is not None and task.resources:
+            wakeups.keys_freed(task.resources)
         task.state = TaskState.CANCELLED
         task.cancel_generation += 1
         task.state_version += 1
@@ -260,7 +262,7 @@ def task_requeue(*, principal: Principal, task_id: str) -> Task:
         )
         audit(principal=principal, action="task_requeue", at=ns.now, namespace=ns.name, target=task_id)
         if target == TaskState.READY:
-            wakeups.claimable(ns.name)
+            wakeups.claimable(ns.name, nodes=[task.node_id])
     return task
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from claims import clock
 from claims.models import Attempt, Task
-from tests.support.races import run_in_thread, row_locked, wait_for_lock_waiters
+from tests.support.races import row_locked, run_in_thread, wait_for_lock_waiters
 
 
 def _resource(operator, key: str) -> None:

@@ -165,11 +165,11 @@ class Actor:
         body = {"payload": payload, "target": target, **self._attempt(claim), **override}
         return self.post(f"/effects/{effect_id}/dispatch", body)
 
-    def finish(self, claim: dict, result: Any):
+    def finish(self, claim: dict, result: Any, **override):
         """Stage then commit: the healthy path."""
         staged = self.stage(claim, result)
         assert staged.status_code == 201, staged.content
-        return self.commit(claim, result)
+        return self.commit(claim, result, **override)
 
 
 def ensure_default_namespace() -> None:
