@@ -34,7 +34,7 @@ from django.db.models import Exists, OuterRef
 
 from claims import clock, interleave
 from claims import services as core
-from claims.errors import Forbidden, Invalid, InvalidTransition, NotFound
+from claims.errors import ClaimError, Forbidden, Invalid, InvalidTransition, NotFound
 from claims.models import Attempt, Namespace, Principal, StagedResult, Task
 
 from ..legacy import LegacyStore, LegacyVerdict, legacy_store
@@ -482,8 +482,9 @@ def route_claim_next(*, principal: Principal, data: dict[str, Any]) -> Routed:
 def route_claim_batch(*, principal: Principal, data: dict[str, Any]) -> list[Routed]:
     """A batch claim by stage (claim-v1.md §9). Where claim.v1 decides alone: one transaction of the core's
     (``task_claim_batch``). Elsewhere: claim-next as the stage routes it, up to ``max_tasks`` times, each its own
-    decision; a task legacy refuses is left out of the answer (and the refusal raised only if nothing was
-    granted)."""
+    decision. A task legacy refuses is left out of the answer — and so its claim.v1 grant, which the worker is never
+    told of, is released at once (not left to run out its lease) and the next picks pass it over; the refusal is
+    raised only if nothing was granted."""
     fast = _fast(
         lambda: core.task_claim_batch(principal=principal, **data),
         principal,
@@ -491,14 +492,17 @@ def route_claim_batch(*, principal: Principal, data: dict[str, Any]) -> list[Rou
     )
     if fast is not None:
         return [Routed(CLAIM_V1, grant) for grant in fast.value]
+    passed_over: list[str] = []
     one = {key: value for key, value in data.items() if key != "max_tasks"}
     granted: list[Routed] = []
     refused: LegacyRefused | None = None
     for _ in range(data["max_tasks"]):
         try:
-            routed = route_claim_next(principal=principal, data=one)
+            routed = route_claim_next(principal=principal, data={**one, "passed_over": passed_over})
         except LegacyRefused as exc:
             refused = exc
+            _release_unannounced(principal, data["owner_id"], exc.extra)
+            passed_over.append(exc.extra["task_id"])
             continue
         if routed.value is None:
             break
@@ -506,3 +510,18 @@ def route_claim_batch(*, principal: Principal, data: dict[str, Any]) -> list[Rou
     if not granted and refused is not None:
         raise refused
     return granted
+
+
+def _release_unannounced(principal: Principal, owner_id: str, grant: dict[str, Any]) -> None:
+    """The claim.v1 grant behind a claim legacy refused inside a batch: nobody will be told of it, so it ends now."""
+    try:
+        core.task_release(
+            principal=principal,
+            task_id=grant["task_id"],
+            attempt_id=grant["attempt_id"],
+            claim_generation=grant["claim_generation"],
+            owner_id=owner_id,
+            scheduler_epoch=grant["scheduler_epoch"],
+        )
+    except ClaimError:  # a fence or a reclaim ended it first: nothing of ours is left
+        pass

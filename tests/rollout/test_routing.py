@@ -146,3 +146,34 @@ def test_claim_next_by_stage(operator, worker_a, ns_at):
     assert LegacyClaim.objects.get(pk=in_shadow).owner_id == "worker-a"
     assert writes["task_id"] == in_writes and "decided_by" not in writes
     assert LegacyClaim.objects.get(pk=in_writes).via == "claim.v1"
+
+
+def test_in_shadow_a_batch_leaves_no_claim_v1_attempt_for_a_task_legacy_refused(operator, worker_a, ns_at):
+    """Issue 21, 6: claim.v1 granted the oldest task, legacy refused it (its table says another owner holds it), and
+    the batch left that task out of its answer — but the claim.v1 attempt stayed, for a worker never told of it,
+    until its lease ran out."""
+    from datetime import timedelta
+
+    from claims.clock import now
+    from claims.models import Attempt
+
+    ns = ns_at("SHADOW")
+    held = operator.create(namespace=ns, node_id="held").json()["task_id"]
+    free = [operator.create(namespace=ns, node_id=f"free-{i}").json()["task_id"] for i in range(2)]
+    LegacyClaim.objects.update_or_create(  # a legacy binary holds it, in the table claim.v1 does not read
+        pk=held,
+        defaults={
+            "namespace": ns,
+            "owner_id": "legacy-binary",
+            "expires_at": now() + timedelta(seconds=60),
+            "updated_at": now(),
+        },
+    )
+    answer = worker_a.claim_batch(5, namespace=ns)
+
+    assert answer.status_code == 200, answer.content
+    told = {claim["task_id"] for claim in answer.json()["claims"]}
+    assert told == set(free)
+    live = Attempt.objects.filter(owner_id="worker-a", ended_at__isnull=True)
+    assert set(live.values_list("task_id", flat=True)) == told
+    assert Task.objects.get(pk=held).state == "READY"
