@@ -268,10 +268,16 @@ class CommitItemIn(CommitIn):
 
 class CommitsIn(StrictSerializer):
     commits = serializers.ListField(
-        child=serializers.JSONField(),
+        # Any JSON value is an item here, null included: the envelope's rules are only these (a list of 1 to 100);
+        # an item that is not a commit body — null, a number, a list, a body missing a field — is that item's 400.
+        child=serializers.JSONField(allow_null=True),
         min_length=1,
         max_length=100,
-        help_text="1 to 100 commits, each judged alone.",
+        help_text="1 to 100 items, each judged alone. The envelope is a 400 for the whole request only when "
+        "`commits` is missing, not a list, empty or longer than 100. Any item that is not a valid commit body "
+        "(`null`, a number, a string, a list, an object missing a field or with a bad one) is answered as that "
+        'item\'s `400` with `task_id` as given (or `""` when it names none), and the other items are judged as '
+        "usual.",
     )
 
 

@@ -184,6 +184,22 @@ def test_a_batch_commit_judges_each_item_on_its_own_and_writes_only_the_good(
     assert list(StagedResult.objects.values_list("task_id", flat=True)) == [ids[0]]
 
 
+@pytest.mark.parametrize("bad", [None, 7, "text", [], [{"task_id": "x"}], True])
+def test_an_item_that_is_not_a_commit_is_that_items_400_and_the_others_commit(worker_a, ready_task, bad):
+    """Issue 21, 6: a ``null`` item failed the whole envelope while other bad items were per-item 400s."""
+    claim = worker_a.claim(ready_task).json()
+
+    answer = worker_a.commits(
+        [bad, {"task_id": ready_task, **worker_a.commit_body(claim, RESULT, inline=True)}]
+    )
+
+    assert answer.status_code == 200, answer.json()
+    results = answer.json()["results"]
+    assert [r["status"] for r in results] == [400, 200]
+    assert results[0]["task_id"] == "" and results[0]["body"]["outcome"] == "INVALID"
+    assert Task.objects.get(pk=ready_task).state == "COMMITTED"
+
+
 @pytest.mark.parametrize("envelope", [{"commits": {}}, {"commits": []}, {"commits": [{}] * 101}, {}, []])
 def test_a_malformed_commits_envelope_is_a_400_for_the_whole_request(worker_a, ready_task, envelope):
     claim = worker_a.claim(ready_task).json()
