@@ -55,7 +55,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
-from django.db import connection, connections, transaction
+from django.db import close_old_connections, connection, transaction
 from django.http import HttpResponse
 from rest_framework.exceptions import APIException
 
@@ -483,14 +483,12 @@ def _until_claimable_here(request: Any, wait: ClaimWait, tried_at: float) -> Htt
 
 
 def _tidy_connections() -> None:
-    """An executor thread keeps its connection from request to request (the executor is small and bounded, so the
-    pool is never drained by it); one that failed is closed here, and the next request in the thread opens another."""
-    for conn in connections.all(initialized_only=True):
-        if conn.errors_occurred:
-            if conn.is_usable():
-                conn.errors_occurred = False
-            else:
-                conn.close()
+    """Before and after each piece of work in an executor thread, what Django does around every request
+    (``close_old_connections``): a failed connection is closed; a pooled one goes back to the pool, whose check on
+    the way out (``CONN_HEALTH_CHECKS``: psycopg_pool's ``check_connection``) replaces a connection a database
+    restart killed — so a restart costs no request beyond those in flight — and a persistent one (no pool) stays
+    with the thread, health-checked on its first use."""
+    close_old_connections()
 
 
 def _in_executor(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -51,7 +51,7 @@ from rollout.models import DrainSnapshot, FenceRequest, Rollback
 from rollout.services import fences
 from rollout.tasks import advance_rollback, fence_epoch, resend_fences
 from tests.support.actors import ensure_default_namespace, make_actor
-from tests.support.processes import FAST_RESEND_ENV, process_database_url, wait_for
+from tests.support.processes import FAST_RESEND_ENV, process_database_url, restart_postgres, wait_for
 from tests.support.races import pg_deadlocks, row_locked
 from tests.support.rollout import stage_history_replays, stage_of
 
@@ -314,20 +314,6 @@ def test_invariants_hold_over_a_history_with_pauses_kills_terminated_connections
     )
 
 
-def _pg_restart() -> None:
-    version = sorted(os.listdir("/etc/postgresql"))[0]
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart", "-m", "fast"],
-        check=True,
-        capture_output=True,
-    )
-    for _ in range(60):
-        if subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432"]).returncode == 0:
-            return
-        time.sleep(0.5)
-    raise AssertionError("PostgreSQL did not come back")
-
-
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120 + SECONDS * 4)
@@ -342,7 +328,7 @@ def test_nothing_acknowledged_is_lost_when_postgres_restarts_under_load(server, 
     logs = [tmp_path / f"{w.name}.jsonl" for w in workers]
     procs = spawn_workers(server, workers, logs)
     time.sleep(SECONDS * 0.3)
-    _pg_restart()
+    restart_postgres()
     connection.close()  # this test's own session died with the server; reconnect for the checks
     for proc in procs:
         proc.wait(SECONDS + 30)

@@ -142,6 +142,26 @@ def _celery_app():
     return app
 
 
+def restart_postgres() -> None:
+    """Restart the Debian cluster (``pg_ctlcluster … restart -m fast``: every session ends) and wait until it
+    answers. Needs root; callers skip without it."""
+    version = sorted(os.listdir("/etc/postgresql"))[0]
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart", "-m", "fast"],
+        check=True,
+        capture_output=True,
+    )
+    for _ in range(60):
+        if subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432"]).returncode == 0:
+            return
+        time.sleep(0.5)
+    raise AssertionError("PostgreSQL did not come back")
+
+
+def can_restart_postgres() -> bool:
+    return os.path.isdir("/etc/postgresql") and os.geteuid() == 0
+
+
 def server_env(**env: str) -> dict[str, str]:
     """The environment of a production server on the test database: the production profile of the suite's own
     (the whole control plane, or the core alone), pooled connections, no rate limit unless ``env`` sets one."""
