@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run serve test lint format migrate bench clean
+.PHONY: run serve test lint format migrate bench model clean
 
 # The server with its dev tools, and the worker SDK (its own distribution, clients/python) that the tests use.
 $(BIN)/.installed: pyproject.toml clients/python/pyproject.toml
@@ -62,6 +62,11 @@ lint: $(BIN)/.installed
 format: $(BIN)/.installed
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+# The claim protocol's Promela model, checked exhaustively by Spin (Debian's spin; docs/model.md): the model of the
+# code and each deliberately broken variant.
+model: $(BIN)/.installed
+	$(BIN)/pytest tests/model -s -p no:cacheprovider
 
 bench: $(BIN)/.installed
 	$(BIN)/pip install --quiet '.[bench]'
