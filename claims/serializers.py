@@ -189,7 +189,11 @@ def wait_seconds() -> StrictIntegerField:
         required=False,
         default=0,
         help_text="claim-v1.md §9: when nothing is claimable, wait up to this long for a task to become claimable "
-        "(created, released, unblocked, requeued, its lease expired); 204 after the wait.",
+        "(created, released, unblocked, requeued, its lease expired, a resource key it lists freed); 204 after the "
+        "wait. Only waiters whose `node_ids` admit the task are woken for it. Each retry authenticates the token "
+        "again (a revoked token gets 401, within TOKEN_CACHE_SECONDS). A client that hangs up while waiting keeps "
+        "nothing: a claim granted as it went is released (ASGI; under WSGI where the server exposes the client's "
+        "socket — runserver, gunicorn — else it runs out its lease).",
     )
 
 

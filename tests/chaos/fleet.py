@@ -40,6 +40,11 @@ class Fleet:
         line = {"op": op, "owner": owner, "t0": started, "t1": time.time(), **fields}
         self.log.write(json.dumps(line) + "\n")
 
+    def granted(self, owner: str, started: float, claim: dict, **fields) -> None:
+        ids = {"task_id": claim["task_id"], "attempt_id": claim["attempt_id"]}
+        generation = {"generation": claim["claim_generation"], "epoch": claim["scheduler_epoch"]}
+        self.record("claim", owner, started, status=200, outcome="CLAIMED", **ids, **generation, **fields)
+
     def done(self) -> bool:
         return time.time() > self.deadline and time.time() - self.idle_since > 3
 
@@ -124,20 +129,8 @@ class Fleet:
                 self.idle_since = time.time()
                 claims = answer.json()["claims"] if batch else [answer.json()]
                 for claim in claims:
-                    self.record(
-                        "claim",
-                        owner,
-                        started,
-                        status=200,
-                        outcome="CLAIMED",
-                        task_id=claim["task_id"],
-                        attempt_id=claim["attempt_id"],
-                        generation=claim["claim_generation"],
-                        epoch=claim["scheduler_epoch"],
-                        wait=WAIT,
-                        node_ids=node_ids,
-                        batch=batch,
-                        healthy=True,
+                    self.granted(
+                        owner, started, claim, wait=WAIT, node_ids=node_ids, batch=batch, healthy=True
                     )
                 for claim in claims:
                     await asyncio.sleep(self.rng.uniform(0.1, 0.5))  # the work
@@ -154,18 +147,7 @@ class Fleet:
                     await asyncio.sleep(0.5)
                     continue
                 claim = answer.json()
-                self.record(
-                    "claim",
-                    owner,
-                    started,
-                    status=200,
-                    outcome="CLAIMED",
-                    task_id=claim["task_id"],
-                    attempt_id=claim["attempt_id"],
-                    generation=claim["claim_generation"],
-                    epoch=claim["scheduler_epoch"],
-                    healthy=False,
-                )
+                self.granted(owner, started, claim, healthy=False)
                 await asyncio.sleep(LEASE + 1.0)
                 await self.commit(http, owner, claim)
 
@@ -190,18 +172,7 @@ class Fleet:
                     continue
                 if answer.status_code == 200:
                     claim = answer.json()
-                    self.record(
-                        "claim",
-                        owner,
-                        started,
-                        status=200,
-                        outcome="CLAIMED",
-                        task_id=claim["task_id"],
-                        attempt_id=claim["attempt_id"],
-                        generation=claim["claim_generation"],
-                        epoch=claim["scheduler_epoch"],
-                        healthy=False,
-                    )
+                    self.granted(owner, started, claim, healthy=False)
                     release = {k: claim[k] for k in ("attempt_id", "claim_generation", "scheduler_epoch")}
                     await http.post(f"/tasks/{claim['task_id']}/release", json={**release, "owner_id": owner})
 

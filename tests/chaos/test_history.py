@@ -19,17 +19,14 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-import httpx
 import pytest
 from django.db import connection
 
@@ -51,52 +48,13 @@ from rollout.models import DrainSnapshot, FenceRequest, Rollback
 from rollout.services import fences
 from rollout.tasks import advance_rollback, fence_epoch, resend_fences
 from tests.support.actors import ensure_default_namespace, make_actor
-from tests.support.processes import FAST_RESEND_ENV, process_database_url, restart_postgres, wait_for
+from tests.support.processes import FAST_RESEND_ENV, restart_postgres, running_server, wait_for
 from tests.support.races import pg_deadlocks, row_locked
 from tests.support.rollout import stage_history_replays, stage_of
 
 ROOT = Path(__file__).resolve().parents[2]
 SECONDS = float(os.environ.get("CHAOS_SECONDS", "8"))
 TASKS = int(150 * max(1.0, SECONDS / 8))  # enough work for the whole run
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def running_server(**extra_env: str) -> Iterator[str]:
-    """``manage.py runserver`` in its own process on the test database; yields its URL."""
-    port = _free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings.test",
-        "DEBUG": "false",
-        "DATABASE_URL": process_database_url(),
-        "DATABASE_CONN_MAX_AGE": "60",
-        **extra_env,
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            httpx.get(url + "/api/v1/schema/", timeout=1)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    try:
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,9 +17,9 @@ import pytest
 from django.db import connection
 
 from claims.models import Attempt, Task
-from deploy.topology import AppServer, free_port
+from deploy.topology import AppServer
 from tests.support.actors import ensure_default_namespace, make_actor
-from tests.support.processes import server_env
+from tests.support.processes import running_server, server_env
 from tests.support.races import run_in_thread
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -30,34 +28,9 @@ BOUND = 3.0
 
 
 @contextmanager
-def _runserver() -> Iterator[str]:
-    port = free_port()
-    env = server_env(DJANGO_SETTINGS_MODULE="controlplane.settings.test", DATABASE_POOL="false")
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                httpx.get(url + "/healthz", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-@contextmanager
 def _server(kind: str, tmp_path: Path) -> Iterator[str]:
     if kind == "runserver":
-        with _runserver() as url:
+        with running_server(DATABASE_POOL="false") as url:
             yield url
         return
     server = AppServer(tmp_path, server_env(), asgi=kind == "asgi").start()

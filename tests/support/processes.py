@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -140,6 +142,45 @@ def _celery_app():
     from controlplane.celery import app
 
     return app
+
+
+@contextmanager
+def running_server(**extra_env: str) -> Iterator[str]:
+    """``manage.py runserver`` (WSGI, the embedded server) in its own process on the test database, under the
+    suite's own settings module; yields its URL once it answers."""
+    import httpx
+    from django.conf import settings
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": settings.SETTINGS_MODULE,
+        "DEBUG": "false",
+        "DATABASE_URL": process_database_url(),
+        "DATABASE_CONN_MAX_AGE": "60",
+        **extra_env,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            httpx.get(url + "/healthz", timeout=1)
+            break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def restart_postgres() -> None:
