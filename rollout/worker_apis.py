@@ -55,10 +55,6 @@ def _errors() -> dict[int, Any]:
     }
 
 
-def _legacy_decided(routed: routing.Routed) -> Response:
-    return Response(s.LegacyDecidedOut(routed.fields).data)
-
-
 class _RoutedOperation(APIView):
     """One worker operation on a task: parse the core's input, route it once, answer with the core's own body
     where claim.v1 decided and with ``LegacyDecidedOut`` where legacy did."""
@@ -73,10 +69,22 @@ class _RoutedOperation(APIView):
         return Response(self.answer(request.user, task_id, data))
 
     def answer(self, principal: Any, task_id: str, data: dict[str, Any]) -> dict[str, Any]:
-        routed = routing.route(self.operation, principal=principal, task_id=task_id, data=data)
-        if routed.decided_by == routing.CLAIM_V1:
-            return type(self).core_body(routed.value)
-        return s.LegacyDecidedOut(routed.fields).data
+        return routed_answer(self.operation, type(self).core_body, principal, task_id, data)
+
+
+def routed_answer(
+    operation: str,
+    core_body: Callable[[Any], dict[str, Any]],
+    principal: Any,
+    task_id: str,
+    data: dict[str, Any],
+) -> dict[str, Any]:
+    """One worker operation routed once, answered with the core's own body where claim.v1 decided and with
+    ``LegacyDecidedOut`` where legacy did."""
+    routed = routing.route(operation, principal=principal, task_id=task_id, data=data)
+    if routed.decided_by == routing.CLAIM_V1:
+        return core_body(routed.value)
+    return s.LegacyDecidedOut(routed.fields).data
 
 
 def _documented(operation_id: str, request: type, out: type, description: str) -> Any:
@@ -213,7 +221,7 @@ class CommitsApi(core_apis.CommitsApi):
         return routing.route_commits(principal=principal, items=items)
 
     def commit(self, principal: Any, task_id: str, data: dict[str, Any]) -> dict[str, Any]:
-        return TaskCommitApi().answer(principal, task_id, data)
+        return routed_answer("commit", core_apis.commit_body, principal, task_id, data)
 
 
 class TaskDetailApi(APIView):

@@ -124,14 +124,6 @@ def upsert(
     return load(model, sql, [prep(model, name, row[name], db) for row in rows for name in attnames])
 
 
-def insert(model: type[models.Model], *, if_absent: bool = False, **values: Any) -> int:
-    """Run one INSERT; returns the rows inserted (0 when ``if_absent`` skipped it)."""
-    sql, params = insert_statement(model, if_absent=if_absent, **values)
-    with _db().cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount
-
-
 @cache
 def _insert_select_sql(model: type[models.Model], attnames: tuple[str, ...], vendor: str) -> str:
     fields = _fields(model)
