@@ -84,7 +84,8 @@ def kill_mid(proc: subprocess.Popen, log: Path, op: str = "commit") -> str:
     while time.monotonic() < deadline:
         with open(log, "rb") as f:
             f.seek(max(0, f.seek(0, os.SEEK_END) - 4000))
-            lines = f.read().decode(errors="replace").splitlines()
+            # Only whole lines: the worker may be halfway through writing its last one (CI once read half a line).
+            lines = f.read().decode(errors="replace").split("\n")[:-1]
         last = json.loads(lines[-1]) if len(lines) > 1 else {}
         if last.get("op") == op and last.get("outcome") == "SENT":
             break
