@@ -319,9 +319,8 @@ class Hub:
             await asyncio.wait_for(waiter.future, timeout)
         except TimeoutError:
             pass
-        except asyncio.CancelledError:
-            self._discharge(namespace, waiter)
-            self.hand_on(waiter.woken_by, ticket)
+        except asyncio.CancelledError:  # the client went away: a wake-up it had goes to the next waiter
+            self.hand_on(waiter.woken_by, ticket)  # (never to itself: its ticket is marked visited)
             raise
         finally:
             self._discharge(namespace, waiter)

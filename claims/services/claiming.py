@@ -347,6 +347,7 @@ class _Batch:
             contenders = []
             for task in picked:
                 if getattr(task, "granted", False):  # claimed by the pick itself: no resources
+                    check_transition(TaskState.READY, TaskState.CLAIMED, "claim")
                     self._grant(task, previous=None, ns=self.ns, fences={}, kept={}, key_writes=[])
                 else:
                     contenders.append(task)
@@ -439,8 +440,6 @@ class _Batch:
         kept: dict[str, Any],
         key_writes: list[_sql.Statement],
     ) -> None:
-        if previous is None:
-            check_transition(TaskState.READY, TaskState.CLAIMED, "claim")
         writes, grant = _grant_writes(
             task, previous=previous, ns=ns, principal=self.principal, fences=fences, kept=kept
         )

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 
 from .. import clock
 from ..errors import Expired, NotClaimable, NotFound, ResourceExists, StaleFence, StaleInput
@@ -37,18 +37,20 @@ def _live_holder(key: ResourceKey, now: datetime) -> Task | None:
     current claim, unexpired and granted under its namespace's current epoch."""
     if key.holder_attempt_id is None:
         return None
-    holder = (
-        Task.objects.filter(
-            pk=key.holder_task_id,
-            state=TaskState.CLAIMED,
-            attempt_id=key.holder_attempt_id,
-            lease_expires_at__gt=now,
-            scheduler_epoch=F("namespace__scheduler_epoch"),
-        )
+    return (
+        _live_claims(now)
+        .filter(pk=key.holder_task_id, attempt_id=key.holder_attempt_id)
         .only("task_id", "attempt_id", "owner_id", "lease_expires_at", "claim_generation")
         .first()
     )
-    return holder
+
+
+def _live_claims(now: datetime) -> QuerySet[Task]:
+    """Tasks whose current claim is live at ``now``: CLAIMED, unexpired, granted under the namespace's current
+    epoch. A key's holder is live when its attempt is one of these tasks' current attempt."""
+    return Task.objects.filter(
+        state=TaskState.CLAIMED, lease_expires_at__gt=now, scheduler_epoch=F("namespace__scheduler_epoch")
+    )
 
 
 class KeysForClaims:
@@ -78,12 +80,7 @@ class KeysForClaims:
         holders = {row.holder_task_id for row in locked if row.holder_task_id is not None}
         if holders:
             self.live_holders |= set(
-                Task.objects.filter(
-                    pk__in=holders,
-                    state=TaskState.CLAIMED,
-                    lease_expires_at__gt=self.ns.now,
-                    scheduler_epoch=F("namespace__scheduler_epoch"),
-                ).values_list("task_id", "attempt_id")
+                _live_claims(self.ns.now).filter(pk__in=holders).values_list("task_id", "attempt_id")
             )
         return self
 
