@@ -6,9 +6,11 @@ a heartbeat or release by the named owner succeeds, and ``complete`` writes the 
 holds the claim now — last write wins. (Each operation is atomic — we reproduce the protocol's semantics, not
 its implementation's races.)
 
-To run the migration against an existing table, implement ``LegacyStore`` over it (a raw-SQL adapter over
-``claims(task_id, owner_id, expires_at, result)`` is ~60 lines) and set ``ROLLOUT_LEGACY_STORE`` to its dotted
-path; see docs/rollout.md.
+Every decision runs inside the caller's transaction and follows the house rule: the store locks the row it decides
+on, then reads the clock, then decides and writes — and reports the instant it decided on (``LegacyVerdict.at``).
+
+To run the migration against an existing table, implement ``LegacyStore`` over it and set
+``ROLLOUT_LEGACY_STORE`` to its dotted path; see docs/rollout.md.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from functools import cache
 from typing import Any, Protocol
 
 from django.conf import settings
+from django.db import connection
 from django.utils.module_loading import import_string
+
+from claims import clock
 
 from .models import LegacyClaim
 
@@ -30,6 +35,7 @@ class LegacyVerdict:
     word: str  # GRANTED | HELD | RENEWED | RELEASED | NOT_OWNER | COMPLETED
     owner_id: str
     expires_at: datetime | None
+    at: datetime | None = None  # the clock the store decided on, read after its row lock
 
 
 class LegacyStore(Protocol):
@@ -40,14 +46,13 @@ class LegacyStore(Protocol):
         namespace: str,
         owner_id: str,
         ttl_seconds: int,
-        now: datetime,
         pool: str = "",
         via: str = "legacy",
     ) -> LegacyVerdict: ...
 
-    def heartbeat(self, *, task_id: str, owner_id: str, ttl_seconds: int, now: datetime) -> LegacyVerdict: ...
+    def heartbeat(self, *, task_id: str, owner_id: str, ttl_seconds: int) -> LegacyVerdict: ...
 
-    def release(self, *, task_id: str, owner_id: str, now: datetime) -> LegacyVerdict: ...
+    def release(self, *, task_id: str, owner_id: str) -> LegacyVerdict: ...
 
     def complete(
         self,
@@ -57,19 +62,11 @@ class LegacyStore(Protocol):
         owner_id: str,
         result: Any,
         result_digest: str,
-        now: datetime,
         via: str = "legacy",
     ) -> LegacyVerdict: ...
 
     def record_claim(
-        self,
-        *,
-        task_id: str,
-        namespace: str,
-        owner_id: str,
-        expires_at: datetime | None,
-        now: datetime,
-        pool: str = "",
+        self, *, task_id: str, namespace: str, owner_id: str, expires_at: datetime | None, pool: str = ""
     ) -> None:
         """Write claim.v1's decision (V1_WRITES), whatever the row says: the rollback target must match it."""
         ...
@@ -79,16 +76,36 @@ class LegacyStore(Protocol):
     def live_claims(self, *, namespace: str, now: datetime, pool: str | None = None) -> list[LegacyClaim]: ...
 
 
+_COLUMNS = ("namespace", "owner_id", "expires_at", "result", "result_digest", "completed_by", "via", "pool")
+
+
 class DjangoLegacyStore:
-    """The naive table on ``LegacyClaim``. Every method runs inside the caller's transaction."""
+    """The naive table on ``LegacyClaim``. Every method runs inside the caller's transaction: the row FOR UPDATE,
+    then the clock, then one write — three statements."""
 
-    def _row(self, task_id: str) -> LegacyClaim | None:
-        return LegacyClaim.objects.select_for_update().filter(pk=task_id).first()
+    def _held(self, task_id: str) -> tuple[LegacyClaim | None, datetime]:
+        row = LegacyClaim.objects.select_for_update().filter(pk=task_id).first()
+        return row, clock.now()  # read after the row's lock
 
-    def claim(
-        self, *, task_id, namespace, owner_id, ttl_seconds, now, pool="", via="legacy"
-    ) -> LegacyVerdict:
-        row = self._row(task_id)
+    def _put(self, task_id: str, row: LegacyClaim | None, now: datetime, **values: Any) -> bool:
+        """Write ``values`` to the row held (or a new row): False when a concurrent writer inserted the row first
+        — the caller decides again on the row it can now lock."""
+        if row is not None:
+            LegacyClaim.objects.filter(pk=task_id).update(updated_at=now, **values)
+            return True
+        fresh = LegacyClaim(task_id=task_id, updated_at=now, **values)
+        fields = _fields(("task_id", "updated_at", *_COLUMNS))
+        prepared = [field.get_db_prep_save(getattr(fresh, field.attname), connection) for field in fields]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {LegacyClaim._meta.db_table} ({', '.join(f.column for f in fields)}) "
+                f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT (task_id) DO NOTHING",
+                prepared,
+            )
+            return cursor.rowcount == 1
+
+    def claim(self, *, task_id, namespace, owner_id, ttl_seconds, pool="", via="legacy") -> LegacyVerdict:
+        row, now = self._held(task_id)
         if (
             row is not None
             and row.owner_id
@@ -96,70 +113,69 @@ class DjangoLegacyStore:
             and row.expires_at
             and row.expires_at > now
         ):
-            return LegacyVerdict(False, "HELD", row.owner_id, row.expires_at)
+            return LegacyVerdict(False, "HELD", row.owner_id, row.expires_at, now)
         expires = now + timedelta(seconds=ttl_seconds)
-        LegacyClaim.objects.update_or_create(
-            task_id=task_id,
-            defaults={
-                "namespace": namespace,
-                "owner_id": owner_id,
-                "expires_at": expires,
-                "pool": pool,
-                "via": via,
-                "updated_at": now,
-            },
-        )
-        return LegacyVerdict(True, "GRANTED", owner_id, expires)
-
-    def heartbeat(self, *, task_id, owner_id, ttl_seconds, now) -> LegacyVerdict:
-        row = self._row(task_id)
-        if row is None or row.owner_id != owner_id:
-            return LegacyVerdict(
-                False, "NOT_OWNER", row.owner_id if row else "", row.expires_at if row else None
+        values = {
+            "namespace": namespace,
+            "owner_id": owner_id,
+            "expires_at": expires,
+            "pool": pool,
+            "via": via,
+        }
+        if not self._put(task_id, row, now, **values):
+            return self.claim(
+                task_id=task_id,
+                namespace=namespace,
+                owner_id=owner_id,
+                ttl_seconds=ttl_seconds,
+                pool=pool,
+                via=via,
             )
-        row.expires_at, row.updated_at = now + timedelta(seconds=ttl_seconds), now
-        row.save(update_fields=["expires_at", "updated_at"])
-        return LegacyVerdict(True, "RENEWED", owner_id, row.expires_at)
+        return LegacyVerdict(True, "GRANTED", owner_id, expires, now)
 
-    def release(self, *, task_id, owner_id, now) -> LegacyVerdict:
-        row = self._row(task_id)
+    def heartbeat(self, *, task_id, owner_id, ttl_seconds) -> LegacyVerdict:
+        row, now = self._held(task_id)
         if row is None or row.owner_id != owner_id:
-            return LegacyVerdict(
-                False, "NOT_OWNER", row.owner_id if row else "", row.expires_at if row else None
-            )
-        row.owner_id, row.expires_at, row.updated_at = "", None, now
-        row.save(update_fields=["owner_id", "expires_at", "updated_at"])
-        return LegacyVerdict(True, "RELEASED", "", None)
+            return _not_owner(row, now)
+        expires = now + timedelta(seconds=ttl_seconds)
+        self._put(task_id, row, now, expires_at=expires)
+        return LegacyVerdict(True, "RENEWED", owner_id, expires, now)
 
-    def complete(
-        self, *, task_id, namespace, owner_id, result, result_digest, now, via="legacy"
-    ) -> LegacyVerdict:
+    def release(self, *, task_id, owner_id) -> LegacyVerdict:
+        row, now = self._held(task_id)
+        if row is None or row.owner_id != owner_id:
+            return _not_owner(row, now)
+        self._put(task_id, row, now, owner_id="", expires_at=None)
+        return LegacyVerdict(True, "RELEASED", "", None, now)
+
+    def complete(self, *, task_id, namespace, owner_id, result, result_digest, via="legacy") -> LegacyVerdict:
         # Unconditional: whoever completes last wins. This is the bug the migration exists to remove.
-        LegacyClaim.objects.update_or_create(
-            task_id=task_id,
-            defaults={
-                "namespace": namespace,
-                "result": result,
-                "result_digest": result_digest,
-                "completed_by": owner_id,
-                "via": via,
-                "updated_at": now,
-            },
-        )
-        return LegacyVerdict(True, "COMPLETED", owner_id, None)
+        row, now = self._held(task_id)
+        values = {
+            "namespace": namespace,
+            "result": result,
+            "result_digest": result_digest,
+            "completed_by": owner_id,
+            "via": via,
+        }
+        if not self._put(task_id, row, now, **values):
+            return self.complete(
+                task_id=task_id,
+                namespace=namespace,
+                owner_id=owner_id,
+                result=result,
+                result_digest=result_digest,
+                via=via,
+            )
+        return LegacyVerdict(True, "COMPLETED", owner_id, None, now)
 
-    def record_claim(self, *, task_id, namespace, owner_id, expires_at, now, pool="") -> None:
-        LegacyClaim.objects.update_or_create(
-            task_id=task_id,
-            defaults={
-                "namespace": namespace,
-                "owner_id": owner_id,
-                "expires_at": expires_at,
-                "pool": pool,
-                "via": "claim.v1",
-                "updated_at": now,
-            },
-        )
+    def record_claim(self, *, task_id, namespace, owner_id, expires_at, pool="") -> None:
+        row, now = self._held(task_id)
+        values = {"namespace": namespace, "owner_id": owner_id, "expires_at": expires_at, "pool": pool}
+        if not self._put(task_id, row, now, via="claim.v1", **values):
+            self.record_claim(
+                task_id=task_id, namespace=namespace, owner_id=owner_id, expires_at=expires_at, pool=pool
+            )
 
     def get(self, *, task_id) -> LegacyClaim | None:
         return LegacyClaim.objects.filter(pk=task_id).first()
@@ -171,6 +187,17 @@ class DjangoLegacyStore:
         if pool is not None:
             rows = rows.filter(pool=pool)
         return list(rows)
+
+
+def _not_owner(row: LegacyClaim | None, now: datetime) -> LegacyVerdict:
+    return LegacyVerdict(
+        False, "NOT_OWNER", row.owner_id if row else "", row.expires_at if row else None, now
+    )
+
+
+@cache
+def _fields(names: tuple[str, ...]) -> list[Any]:
+    return [LegacyClaim._meta.get_field(name) for name in names]
 
 
 @cache

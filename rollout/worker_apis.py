@@ -151,7 +151,7 @@ class TaskCommitApi(_RoutedOperation):
 
 class ClaimNextApi(core_apis.ClaimNextApi):
     def claim(self, principal: Any, data: dict[str, Any]) -> dict[str, Any] | None:
-        routed = routing.route_claim_next(principal=principal, data=data)
+        routed = routing.route("claim_next", principal=principal, data=data)
         return None if routed.value is None else _claim_answer(routed)
 
     def release(self, principal: Any, owner_id: str, grant: dict[str, Any]) -> None:
@@ -196,7 +196,9 @@ def _claim_answer(routed: routing.Routed) -> dict[str, Any]:
 )
 class ClaimBatchApi(core_apis.ClaimBatchApi):
     def claims(self, principal: Any, data: dict[str, Any]) -> list[dict[str, Any]]:
-        return [_claim_answer(routed) for routed in routing.route_claim_batch(principal=principal, data=data)]
+        return [
+            _claim_answer(routed) for routed in routing.route("claim_batch", principal=principal, data=data)
+        ]
 
     def release(self, principal: Any, owner_id: str, grant: dict[str, Any]) -> None:
         _release_routed(principal, owner_id, grant)
@@ -214,11 +216,16 @@ def _release_routed(principal: Any, owner_id: str, grant: dict[str, Any]) -> Non
 
 
 class CommitsApi(core_apis.CommitsApi):
-    """Where claim.v1 decides alone (V1_ONLY) the core decides the common items together; every other item, and
-    every item in the other stages, is routed as the single commit is (``TaskCommitApi``)."""
+    """The common items decided together by the core in every open stage, each settled as its stage says (where
+    legacy decides, legacy completes each in the same transaction); every other item routed as the single commit
+    is (``TaskCommitApi``)."""
 
     def together(self, principal: Any, items: list[tuple[str, dict[str, Any]]]) -> dict[int, Any]:
-        return routing.route_commits(principal=principal, items=items)
+        answers = routing.route("commits", principal=principal, data={"items": items})
+        return {
+            index: s.LegacyDecidedOut(answer).data if isinstance(answer, dict) else answer
+            for index, answer in answers.items()
+        }
 
     def commit(self, principal: Any, task_id: str, data: dict[str, Any]) -> dict[str, Any]:
         return routed_answer("commit", core_apis.commit_body, principal, task_id, data)

@@ -12,18 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from django.apps import apps
 
 from claims import clock, interleave
 from claims.auth import tokens
-
-
-def _forget_routing_hints() -> None:
-    if apps.is_installed("rollout"):
-        from rollout.services.routing import forget_hints
-
-        forget_hints()
-
 
 pytest_plugins = ["tests.support.actors", "tests.support.races", "tests.support.processes"]
 
@@ -33,7 +24,6 @@ def _reset_clock_and_hooks() -> Iterator[None]:
     clock.reset()
     interleave.clear()
     tokens.clear()  # a database rolled back under a remembered token must not authenticate it
-    _forget_routing_hints()
     yield
     clock.reset()
     interleave.clear()

@@ -4,7 +4,7 @@ entries, and logging a rejection in its own small transaction."""
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -143,17 +143,32 @@ def task_current(task: Task, ns: NamespaceHold) -> dict[str, Any]:
     }
 
 
-Guard = Callable[[str, NamespaceHold], None]
+class Guard:
+    """What a wrapping app runs inside the transaction of a decision made under ``guarded``. The core does not know
+    what is checked or written; it only calls, at each acceptance point:
+
+    - ``check(point, ns)`` once the namespace is held (FOR SHARE) and before anything is decided — the app makes its
+      own reads under the same lock and may refuse (any exception rolls the decision back; one that is not a
+      ``Conflict`` is not logged as a rejection);
+    - ``settle(point, ns, value)`` once the decision is written, before its transaction commits — the app writes
+      its own records of the decision (``value``: the service's answer) in the same transaction, under the same
+      locks, after every lock the core took. A refused decision is never settled.
+    """
+
+    def check(self, point: str, ns: NamespaceHold) -> None:
+        pass
+
+    def settle(self, point: str, ns: NamespaceHold, value: Any) -> None:
+        pass
+
+
 _guard: contextvars.ContextVar[Guard | None] = contextvars.ContextVar("claims_guard", default=None)
 
 
 @contextmanager
-def guarded(check: Guard) -> Iterator[None]:
-    """Requests made inside this block call ``check(point, namespace)`` at their acceptance point, inside the
-    decision's transaction, once the namespace is held (FOR SHARE) and before anything is decided — so a wrapping
-    app can make its own reads under the same lock, and refuse (any exception rolls the decision back; one that
-    is not a ``Conflict`` is not logged as a rejection). The core does not know what is checked."""
-    token = _guard.set(check)
+def guarded(guard: Guard) -> Iterator[None]:
+    """Decisions made inside this block run ``guard``'s hooks (``Guard``)."""
+    token = _guard.set(guard)
     try:
         yield
     finally:
@@ -161,9 +176,16 @@ def guarded(check: Guard) -> Iterator[None]:
 
 
 def run_guard(point: str, ns: NamespaceHold) -> None:
-    check = _guard.get()
-    if check is not None:
-        check(point, ns)
+    guard = _guard.get()
+    if guard is not None:
+        guard.check(point, ns)
+
+
+def settle(point: str, ns: NamespaceHold, value: Any) -> None:
+    """The decision at ``point`` is written: the wrapping app's ``Guard.settle``, inside the same transaction."""
+    guard = _guard.get()
+    if guard is not None:
+        guard.settle(point, ns, value)
 
 
 _via: contextvars.ContextVar[str] = contextvars.ContextVar("claims_via", default="")

@@ -15,7 +15,7 @@ from ..errors import Invalid, NotClaimable, NotFound, VersionMismatch
 from ..models import AcceptancePoint, Attempt, AttemptEnd, EventKind, Principal, Task, TaskState
 from ..states import check_transition
 from . import _sql, statements
-from ._base import NamespaceHold, RejectionLog, event_statement, hold_namespace, run_guard
+from ._base import NamespaceHold, RejectionLog, event_statement, hold_namespace, run_guard, settle
 from .authority import acceptance_point, require_epoch_and_pause, require_owner
 from .resources import KeysForClaims
 
@@ -162,6 +162,7 @@ def task_claim(
             task, previous=previous, ns=keys.ns, principal=principal, fences=fences, kept=kept
         )
         _sql.together(*key_writes, *writes)
+        settle(AcceptancePoint.CLAIM, keys.ns, grant)
     return grant
 
 
@@ -318,6 +319,7 @@ def task_claim_batch(
         for reclaim in (False, True):
             batch.fill(reclaim=reclaim)
         batch.send()
+        settle(AcceptancePoint.CLAIM, ns, batch.grants)
         return batch.grants
 
 

@@ -24,7 +24,7 @@ from ..models import (
 )
 from ..states import check_transition
 from . import _sql, wakeups
-from ._base import append_event, event_statement, new_event
+from ._base import append_event, event_statement, new_event, settle
 from .authority import acceptance_point
 from .claiming import check_lease_seconds
 from .resources import check_renew_resources, lock_keys
@@ -89,6 +89,7 @@ def task_renew(
                 detail={"lease_expires_at": task.lease_expires_at.isoformat()},
             ),
         )
+        settle(AcceptancePoint.RENEW, ns, task)
     return task
 
 
@@ -154,6 +155,7 @@ def task_release(
         )
         wakeups.claimable(ns.name, nodes=[task.node_id])
         wakeups.keys_freed(task.resources)
+        settle(AcceptancePoint.RELEASE, ns, task)
     return task
 
 

@@ -35,6 +35,7 @@ from ._base import (
     hold_tasks,
     new_event,
     run_guard,
+    settle,
 )
 from .authority import Acceptance, acceptance_point
 from .resources import bump_revisions, check_commit_resources, lock_commit_resources
@@ -52,6 +53,8 @@ class Committed:
     unblocked: list[str]
     repeat: bool  # True: the stored answer to a commit that had already succeeded
     staged_result_id: uuid.UUID | None = None  # set when the result came inline (claim-v1.md §9)
+    result: Any = None  # the canonical result and its digest, for a wrapping app's records (``Guard.settle``)
+    result_digest: str = ""
 
 
 _NO_RESULT: Any = object()
@@ -191,6 +194,7 @@ def task_commit(
         at.resolve_attempt()
         repeat = _repeat(task, attempt_id, result_digest, inline=result is not _NO_RESULT)
         if repeat is not None:
+            settle(AcceptancePoint.COMMIT, at.ns, repeat)
             return repeat
         keys: dict[str, ResourceKey] = {}
         live: dict[str, Resource] = {}
@@ -223,7 +227,9 @@ def task_commit(
         events.append(_committed_event(at, flipped, unblocked))
         _sql.together(*writes, _sql.insert_many_statement(TaskEvent, events))
         bump_revisions(incarnations)  # each resource named gets revision + 1, in the commit's transaction
-    return _committed(flipped, unblocked, inline=result is not _NO_RESULT)
+        committed = _committed(flipped, unblocked, inline=result is not _NO_RESULT)
+        settle(AcceptancePoint.COMMIT, at.ns, committed)
+    return committed
 
 
 def task_commit_many(
@@ -299,7 +305,23 @@ def task_commit_many(
                     events.append(log.event(answer, at=ns.now))
         if events:
             _sql.together(*writes, _sql.insert_many_statement(TaskEvent, events))
+        for ns in {ns.id: ns for ns, _ in held.values()}.values():
+            settle(AcceptancePoint.COMMIT, ns, _of_namespace(answers, items, held, ns))
     return answers
+
+
+def _of_namespace(
+    answers: dict[int, Committed | ClaimError],
+    items: list[tuple[str, dict[str, Any]]],
+    held: dict[str, tuple[NamespaceHold, Task]],
+    ns: NamespaceHold,
+) -> dict[int, Committed | ClaimError]:
+    """The answers, by item index, to the items on tasks of ``ns``."""
+    return {
+        index: answer
+        for index, answer in answers.items()
+        if items[index][0] in held and held[items[index][0]][0].id == ns.id
+    }
 
 
 def _commit_log(principal: Principal, task_id: str, data: dict[str, Any], ns: NamespaceHold) -> RejectionLog:
@@ -336,6 +358,8 @@ def _repeat(task: Task, attempt_id: uuid.UUID, result_digest: str, *, inline: bo
         unblocked=list(stored.unblocked or []),
         repeat=True,
         staged_result_id=stored.pk if inline else None,
+        result=stored.result,
+        result_digest=stored.result_digest,
     )
 
 
@@ -480,6 +504,8 @@ def _committed(flipped: StagedResult, unblocked: list[str], *, inline: bool) -> 
         unblocked=unblocked,
         repeat=False,
         staged_result_id=flipped.pk if inline else None,
+        result=flipped.result,
+        result_digest=flipped.result_digest,
     )
 
 

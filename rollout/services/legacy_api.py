@@ -11,21 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
-
-from claims import clock, interleave
+from claims import interleave
 from claims import services as core
 from claims.errors import ClaimsPaused, Forbidden, InvalidTransition
-from claims.models import Attempt, Namespace, Principal
+from claims.models import Attempt, Principal
 
-from ..legacy import LegacyVerdict, legacy_store
+from ..legacy import LegacyVerdict
 from ..models import Mismatch
 from . import routing
 from .errors import LegacyRefused, ProtocolTooOld
-from .shadow import V1Verdict, compare, judged, record_legacy
+from .operations import LEGACY, LEGACY_OPERATIONS, Ask, V1Verdict
+from .shadow import compare, judged
 from .workers import protocol_too_old
-
-LEGACY = "legacy"
 
 
 @dataclass(frozen=True)
@@ -38,17 +35,10 @@ def _last_attempt(task_id: str, owner_id: str) -> Attempt | None:
     return Attempt.objects.filter(task_id=task_id, owner_id=owner_id).order_by("-claim_generation").first()
 
 
-def _mirror(
-    operation: str,
-    *,
-    principal: Principal,
-    task_id: str,
-    scheduler_epoch: int,
-    ttl_seconds: int,
-    result: Any,
-    result_digest: str,
-) -> V1Verdict:
+def _mirror(operation: str, *, ask: Ask, scheduler_epoch: int) -> V1Verdict:
     """The legacy operation judged by claim.v1, with the values of the attempt it last granted this owner."""
+    principal, task_id, ttl_seconds = ask.principal, ask.task_id, ask.ttl_seconds
+    result, result_digest = ask.result, ask.result_digest
     with core.acting_via(LEGACY):
         if operation == "claim":
             return judged(
@@ -112,52 +102,6 @@ def _mirror(
         )
 
 
-def _decide(
-    operation: str,
-    store: Any,
-    *,
-    principal: Principal,
-    task_id: str,
-    namespace: Namespace,
-    owner_id: str,
-    ttl_seconds: int,
-    result: Any,
-    result_digest: str,
-) -> LegacyVerdict:
-    """Legacy's decision on one operation, recorded in its history, inside the caller's transaction."""
-    ns = namespace
-    now = clock.now()
-    if operation == "claim":
-        if ns.claims_paused:  # a paused namespace grants no claim, legacy API included
-            raise ClaimsPaused(
-                f"claims are paused in namespace {ns.name}",
-                current={"scheduler_epoch": ns.scheduler_epoch, "claims_paused": True},
-            )
-        verdict = store.claim(
-            task_id=task_id,
-            namespace=ns.name,
-            owner_id=owner_id,
-            ttl_seconds=ttl_seconds,
-            now=now,
-            pool=principal.pool,
-        )
-    elif operation == "heartbeat":
-        verdict = store.heartbeat(task_id=task_id, owner_id=owner_id, ttl_seconds=ttl_seconds, now=now)
-    elif operation == "release":
-        verdict = store.release(task_id=task_id, owner_id=owner_id, now=now)
-    else:
-        verdict = store.complete(
-            task_id=task_id,
-            namespace=ns.name,
-            owner_id=owner_id,
-            result=result,
-            result_digest=result_digest,
-            now=now,
-        )
-    record_legacy(ns.name, task_id, operation, LEGACY, owner_id, verdict, now)
-    return verdict
-
-
 def legacy_operation(
     operation: str,
     *,
@@ -170,7 +114,9 @@ def legacy_operation(
     reroutes: int = 3,
 ) -> LegacyAnswer:
     """Serve one legacy-API request: legacy's accepted verdict (and the mismatch, if the stores disagreed), or its
-    refusal as LegacyRefused (409 with its own word)."""
+    refusal as LegacyRefused (409 with its own word). Legacy decides where the routing has it decide
+    (``routing.legacy_decides``); claim.v1 then judges the same request in shadow."""
+    each = LEGACY_OPERATIONS[operation]
     target = routing.namespace_of(task_id, principal)  # 404 before the owner's 403 (claim-v1.md §2)
     if owner_id != principal.owner_id:
         raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
@@ -182,25 +128,15 @@ def legacy_operation(
             f"namespace {ns.name} is at {target.stage}: the legacy protocol is closed",
             current={"stage": target.stage},
         )
+    if each.claims and ns.claims_paused:  # a paused namespace grants no claim, legacy API included
+        raise ClaimsPaused(
+            f"claims are paused in namespace {ns.name}",
+            current={"scheduler_epoch": ns.scheduler_epoch, "claims_paused": True},
+        )
     interleave.reach("legacy_operation.routed")
-    store = legacy_store()
-    with transaction.atomic(durable=True):
-        # The stage, epoch and pause read above, read again under the namespace's lock: an advance closing the
-        # legacy protocol, a rollback or a fence that landed in between sends the request through again.
-        still = routing.still_routed(ns, target.stage)
-        if still:
-            verdict = _decide(
-                operation,
-                store,
-                principal=principal,
-                task_id=task_id,
-                namespace=ns,
-                owner_id=owner_id,
-                ttl_seconds=ttl_seconds,
-                result=result,
-                result_digest=result_digest,
-            )
-    if not still:
+    ask = Ask(principal, task_id, ns.name, owner_id, LEGACY, ttl_seconds, result, result_digest)
+    verdict = routing.legacy_decides(each, ask, target, lambda verdict: verdict)
+    if verdict is None:  # an advance, a rollback or a fence landed meanwhile: through the routing again
         if reroutes == 0:
             raise InvalidTransition(
                 "the namespace's stage kept moving under this request: send it again", reason="STAGE_CHANGED"
@@ -217,19 +153,11 @@ def legacy_operation(
         )
     if target.stage not in routing.LEGACY_DECIDES:
         return _answered(LegacyAnswer(verdict))
-    v1 = _mirror(
-        operation,
-        principal=principal,
-        task_id=task_id,
-        scheduler_epoch=ns.scheduler_epoch,
-        ttl_seconds=ttl_seconds,
-        result=result,
-        result_digest=result_digest,
-    )
+    v1 = _mirror(operation, ask=ask, scheduler_epoch=ns.scheduler_epoch)
     mismatch = compare(
         namespace=ns.name,
         task_id=task_id,
-        operation=operation,
+        operation=each.name,
         api=LEGACY,
         owner_id=owner_id,
         legacy=verdict,

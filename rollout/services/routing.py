@@ -1,8 +1,5 @@
 """Routing: for a claim.v1 worker operation and the namespace's stage, who decides and what is mirrored.
 
-One service, called by the routed worker views (the only routes for their paths) with the operation's
-validated input. It answers with a domain outcome (``Routed``) or raises a typed error:
-
 | stage            | decides   | mirrored                                                                   |
 |------------------|-----------|----------------------------------------------------------------------------|
 | LEGACY           | nobody    | 409 STAGE_NOT_OPEN: the claim.v1 API is not open yet                       |
@@ -10,53 +7,53 @@ validated input. It answers with a domain outcome (``Routed``) or raises a typed
 | V1_WRITES        | claim.v1  | its decision written through to the legacy store, for rollback            |
 | V1_ONLY          | claim.v1  | nothing                                                                    |
 
-First, the fast path: the core serves the request with a guard (``core.guarded``) that reads, under the
-namespace lock the core's own transaction takes, whether claim.v1 alone decides (V1_ONLY, the worker's protocol
-not refused — ``state.decides_alone``). When it does, that is the whole request: one transaction, one extra
-statement. When it does not, the guard rolls the core's transaction back before anything was decided or written,
-and the request takes the full routing below.
+Every operation — claim, renew, release, commit, claim-next, a batch claim, a batch commit — takes one path, the
+operation table's (``operations.ROUTES``): the core's own service runs with the stage hook (``_StageHook``, a
+``core.Guard``). Inside the core's transaction, once the namespace is held FOR SHARE, the hook reads the stage
+and the worker's registration (one statement; every stage change waits for that lock, so the stage holds until
+the decision commits). The core decides; before its transaction commits the hook settles the decision as the
+stage says — nothing in V1_ONLY, a write-through in V1_WRITES, and where legacy decides, legacy's decision on
+each task, its history and the comparison — all in the decision's transaction, under its locks, in the lock
+order docs/architecture.md gives (the legacy row last).
 
-In every stage, first: the owner and the attempt named must be the caller's (403), a worker whose protocol was
-refused is refused (PROTOCOL_TOO_OLD), and the epoch rule holds before legacy is asked — an old carried epoch, an
-attempt granted before a fence, or a claim while claims are paused goes to the core, which refuses it and counts
-the rejection. An attempt that does not exist, or a commit with nothing staged, goes to the core too: legacy,
-whose complete is unconditional, is never asked on its behalf.
+Two cases leave that path:
+
+- claim.v1 refuses in a stage where legacy decides (``_after_refusal``). Its transaction rolled back, so legacy
+  decides in a transaction of its own (``legacy_decides``), with the refusal as claim.v1's verdict — unless the
+  request is claim.v1's alone: an old carried epoch, an attempt granted before a fence or unknown, a claim while
+  claims are paused, or a commit with no result to complete with. Legacy, whose complete is unconditional, is
+  never asked on such a request's behalf.
+- the namespace is at LEGACY (``_at_legacy``): only a request that is claim.v1's alone is answered (by its
+  refusal); any other is 409 STAGE_NOT_OPEN.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
-from claims import clock, interleave
+from claims import interleave
 from claims import services as core
-from claims.errors import ClaimError, Forbidden, Invalid, InvalidTransition, NotFound
+from claims.errors import ClaimError, Conflict, Forbidden, InvalidTransition, NotFound
 from claims.models import Attempt, Namespace, Principal, StagedResult, Task
 
-from ..legacy import LegacyStore, LegacyVerdict, legacy_store
+from ..legacy import LegacyVerdict, legacy_store
 from ..models import Stage
 from ..selectors import rollout_state as state_of
 from .errors import LegacyRefused, StageNotOpen
-from .shadow import V1Verdict, compare, judged, record_legacy
-from .state import decides_alone, hold_for_decision
+from .operations import CLAIM_V1, LEGACY, ROUTES, Ask, Route, TaskOperation, V1Verdict, ask_of, refused
+from .shadow import compare, record_legacy
+from .state import hold_for_decision, stage_for
 from .workers import protocol_too_old, refused_registrations
 
 LEGACY_DECIDES = (Stage.SHADOW, Stage.V1_READS)
 V1_DECIDES = (Stage.V1_WRITES, Stage.V1_ONLY)
-CLAIM_V1 = "claim.v1"
-SUCCESS = {"claim": "CLAIMED", "renew": "RENEWED", "release": "RELEASED", "commit": "COMMITTED"}
-
-
-@dataclass(frozen=True)
-class Target:
-    namespace: Namespace
-    stage: str
-    min_protocol: str
-    protocol_refused: bool = False
+T = TypeVar("T")
+__all__ = ["CLAIM_V1", "LEGACY", "LEGACY_DECIDES", "V1_DECIDES", "Routed", "route", "legacy_decides"]
 
 
 @dataclass(frozen=True)
@@ -68,78 +65,254 @@ class Routed:
     decided_by: str
     value: Any = None
     fields: dict[str, Any] | None = None
+    legacy: LegacyVerdict | None = None  # legacy's verdict, where it decided
+
+    @property
+    def refused(self) -> bool:
+        return self.legacy is not None and not self.legacy.accepted
 
 
-class _NotAlone(Exception):
-    """Raised by the fast path's guard: claim.v1 does not decide alone here (not a Conflict, so not logged)."""
+@dataclass(frozen=True)
+class Target:
+    """A first read of where a task's request goes (outside any lock: chosen again under it)."""
+
+    namespace: Namespace
+    stage: str
+    protocol_refused: bool = False
 
 
-def _claim_v1_alone(principal: Principal) -> core.Guard:
-    def check(point: str, ns: core.NamespaceHold) -> None:
-        if not decides_alone(ns, principal):
-            raise _NotAlone
+class _Unwind(Exception):
+    """Raised by the stage hook to roll the core's transaction back without a rejection being logged (it is not
+    a ``Conflict``). ``error``: the answer (403, PROTOCOL_TOO_OLD); None: the request leaves the one path — the
+    namespace is at LEGACY, or a batch claim met a legacy refusal."""
 
-    return check
-
-
-# Which path to try first — a hint only, never a decision: both paths are right in every stage, the fast one just
-# rolls back when the guard finds claim.v1 not alone. Where a namespace was lately seen not V1_ONLY (per name for
-# claim-next, per process for the task operations, whose namespace is known only once locked), the full routing
-# goes first, so the stages where legacy decides do not pay for a rolled-back try on every request.
-_HINT_SECONDS = 30.0
-_not_alone_at: dict[str, float] = {}
+    def __init__(self, error: ClaimError | None = None):
+        super().__init__(error)
+        self.error = error
 
 
-def forget_hints() -> None:
-    _not_alone_at.clear()
+@dataclass
+class _StageHook(core.Guard):
+    """The stage's part of one routed decision, run by the core inside its transaction."""
+
+    route: Route
+    principal: Principal
+    task_id: str | None
+    data: dict[str, Any]
+    unwind_on_legacy_refusal: bool = False
+    stages: dict[int, str] = field(default_factory=dict)
+    legacy: dict[str, Routed] = field(default_factory=dict)  # by task: what legacy decided
+
+    def check(self, point: str, ns: core.NamespaceHold) -> None:
+        owner_id = self.data.get("owner_id")
+        if owner_id is not None and owner_id != self.principal.owner_id:
+            raise _Unwind(Forbidden(f"this token acts as {self.principal.owner_id!r}, not {owner_id!r}"))
+        stage, protocol_refused = stage_for(ns, self.principal)
+        if protocol_refused:
+            raise _Unwind(protocol_too_old(stage))
+        if stage == Stage.LEGACY:
+            if self.task_id is None:  # claim-next and batches pick no task where claim.v1 is not open
+                raise _Unwind(_not_open(ns.name))
+            raise _Unwind()
+        self.stages[ns.id] = stage
+
+    def settle(self, point: str, ns: core.NamespaceHold, value: Any) -> None:
+        stage = self.stages[ns.id]
+        if stage == Stage.V1_ONLY:
+            return
+        interleave.reach("routing.settling")
+        each, store = self.route.each, legacy_store()
+        for task_id, data, decided in self.route.decided(self.task_id, self.data, value):
+            if isinstance(decided, ClaimError):  # a batch commit's refused item
+                if isinstance(decided, Conflict) and stage in LEGACY_DECIDES:
+                    self._refused_item(each, ns, task_id, data, decided)
+                continue
+            ask = ask_of(each, self.principal, task_id, ns.name, data, decided)
+            if stage == Stage.V1_WRITES:
+                each.write_through(store, ask, decided)
+                continue
+            verdict = _legacy_decision(each, ask)
+            if not verdict.accepted and self.unwind_on_legacy_refusal:
+                raise _Unwind()
+            self.legacy[task_id] = _compared(each, ask, verdict, each.verdict(decided), same_result=True)
+
+    def _refused_item(
+        self, each: TaskOperation, ns: core.NamespaceHold, task_id: str, data: dict[str, Any], exc: ClaimError
+    ) -> None:
+        result = _result_to_complete(each, task_id, data)
+        if _claim_v1_alone(each, task_id, data, ns.scheduler_epoch, ns.claims_paused, result):
+            return
+        ask = ask_of(each, self.principal, task_id, ns.name, data, None, result=result[1])
+        self.legacy[task_id] = _compared(each, ask, _legacy_decision(each, ask), refused(exc))
 
 
-def _fast(call: Any, principal: Principal, hint: str) -> Routed | None:
-    """The request served by the core alone when, under its lock, claim.v1 decides alone; else None."""
-    seen = _not_alone_at.get(hint)
-    if seen is not None and time.monotonic() - seen < _HINT_SECONDS:
-        return None
+def route(name: str, *, principal: Principal, task_id: str | None = None, data: dict[str, Any]) -> Any:
+    """Serve one claim.v1 worker operation (``operations.ROUTES``) as the namespace's stage says: its Routed
+    answer (a list for a batch claim; by item index for a batch commit)."""
+    return _route(ROUTES[name], principal, task_id, data)
+
+
+def _route(
+    route: Route, principal: Principal, task_id: str | None, data: dict[str, Any], reroutes: int = 3
+) -> Any:
+    interleave.reach("routing.routed")
+    hook = _StageHook(route, principal, task_id, data, unwind_on_legacy_refusal=route.name == "claim_batch")
     try:
-        with core.guarded(_claim_v1_alone(principal)):
-            return Routed(CLAIM_V1, call())
-    except _NotAlone:
-        _not_alone_at[hint] = time.monotonic()
-        return None
+        with core.guarded(hook):
+            value = route.core(principal, task_id, data)
+    except _Unwind as unwound:
+        if route.name == "commits":  # each item is routed as its single commit is
+            return {}
+        if unwound.error is not None:
+            raise unwound.error from None
+        if task_id is None:  # a batch claim met a legacy refusal
+            return _claims_one_by_one(principal, data)
+        return _at_legacy(route, principal, task_id, data)
+    except Conflict as exc:  # a protocol refusal; a 400, 403 or 404 is the answer in every stage
+        if task_id is None or not _legacy_stage_of(hook):
+            raise
+        return _after_refusal(route, principal, task_id, data, exc, reroutes)
+    return _answer(route, hook, task_id, data, value)
 
 
-def _refused_in(principal: Principal, namespace_name: str) -> Exists:
-    """Whether ``principal`` registered with a protocol the namespace (named by the outer query's
-    ``namespace_name``) refused — read in the same query as the namespace."""
-    return Exists(refused_registrations(principal).filter(namespace=OuterRef(namespace_name)))
+def _answer(route: Route, hook: _StageHook, task_id: str | None, data: dict[str, Any], value: Any) -> Any:
+    """The core's value where claim.v1 decided; legacy's answer (or its refusal) where legacy did."""
+    if route.name == "claim_batch":
+        return [hook.legacy.get(grant.task.task_id) or Routed(CLAIM_V1, grant) for grant in value]
+    if route.name == "commits":
+        items = data["items"]
+        return {
+            index: _item_answer(hook.legacy.get(items[index][0]), answer) for index, answer in value.items()
+        }
+    if route.name == "claim_next":
+        decided = hook.legacy.get(value.task.task_id) if value is not None else None
+    else:
+        decided = hook.legacy.get(task_id or "")
+    if decided is None:
+        return Routed(CLAIM_V1, value)
+    if decided.refused:  # legacy's word, with claim.v1's view
+        raise _legacy_refusal(decided)
+    return decided
+
+
+def _item_answer(decided: Routed | None, answer: Any) -> Any:
+    if decided is None:
+        return answer
+    return _legacy_refusal(decided) if decided.refused else decided.fields
+
+
+def _legacy_stage_of(hook: _StageHook) -> bool:
+    return any(stage in LEGACY_DECIDES for stage in hook.stages.values())
+
+
+def _legacy_decision(each: TaskOperation, ask: Ask) -> LegacyVerdict:
+    """Legacy's decision on one task, recorded in its history, inside the caller's transaction (the legacy row
+    is the last lock it takes; its clock is read after that lock)."""
+    verdict = each.ask(legacy_store(), ask)
+    assert verdict.at is not None, "a legacy store reports the clock it decided on"
+    record_legacy(ask.namespace, ask.task_id, each.name, ask.api, ask.owner_id, verdict, verdict.at)
+    return verdict
+
+
+def _compared(
+    each: TaskOperation, ask: Ask, verdict: LegacyVerdict, v1: V1Verdict, *, same_result: bool = False
+) -> Routed:
+    """The comparison recorded, and the answer as legacy decided it: ``decided_by`` is ``legacy`` when it
+    accepted, else its refusal word (raised by the caller once the transaction is over)."""
+    mismatch = compare(
+        namespace=ask.namespace,
+        task_id=ask.task_id,
+        operation=each.name,
+        api=ask.api,
+        owner_id=ask.owner_id,
+        legacy=verdict,
+        v1=v1,
+        same_result=same_result,
+    )
+    fields = _view(ask.task_id, v1, mismatch.id if mismatch else None)
+    if verdict.accepted:
+        fields = {"outcome": each.accepted, **fields, **_extras(each, v1, verdict)}
+    return Routed(LEGACY, v1.value, fields, legacy=verdict)
+
+
+def _extras(each: TaskOperation, v1: V1Verdict, verdict: LegacyVerdict) -> dict[str, Any]:
+    """What the accepted answer adds to the task view: a commit's ids where claim.v1 committed too, a renew's
+    expiry as legacy set it."""
+    if each.commits and v1.accepted:
+        extra = {"result_commit_id": v1.value.result_commit_id, "unblocked": v1.value.unblocked}
+        if v1.value.staged_result_id is not None:
+            extra["staged_result_id"] = v1.value.staged_result_id
+        return extra
+    if each.name == "renew":
+        return {"lease_expires_at": verdict.expires_at}
+    return {}
+
+
+def _view(task_id: str, v1: V1Verdict, mismatch_id: int | None) -> dict[str, Any]:
+    """claim.v1's view of the task after judging in shadow (claim fields null where it refused)."""
+    task = getattr(v1.value, "task", v1.value)
+    if not isinstance(task, Task):
+        task = Task.objects.get(pk=task_id)
+    granted = v1.accepted and v1.word == "CLAIMED"
+    return {
+        "task_id": task.task_id,
+        "input": task.input,
+        "input_digest": task.input_digest,
+        "state_version": task.state_version,
+        "attempt_id": v1.value.attempt_id if granted else None,
+        "scheduler_epoch": task.scheduler_epoch if granted else None,
+        "claim_generation": task.claim_generation if granted else None,
+        "cancel_generation": task.cancel_generation,
+        "lease_expires_at": task.lease_expires_at if granted else None,
+        "fences": getattr(v1.value, "fences", {}) if granted else {},
+        "decided_by": "legacy",
+        "shadow": {"verdict": v1.word, "reason": v1.reason or v1.word, "mismatch_id": mismatch_id},
+    }
+
+
+def _legacy_refusal(decided: Routed) -> LegacyRefused:
+    verdict = decided.legacy
+    assert verdict is not None
+    return LegacyRefused(
+        verdict.word,
+        f"legacy refused: {verdict.word}",
+        current={"owner_id": verdict.owner_id, "expires_at": verdict.expires_at},
+        extra=decided.fields,
+    )
+
+
+def _not_open(name: str) -> StageNotOpen:
+    return StageNotOpen(
+        f"namespace {name} is at LEGACY: the claim.v1 API is not open yet", current={"stage": Stage.LEGACY}
+    )
+
+
+# --- leaving the one path -------------------------------------------------------------------------------------
 
 
 def namespace_of(task_id: str, principal: Principal) -> Target:
-    """The task's namespace with its rollout record, and whether this worker's protocol was refused there — one
-    query. A first read, to choose who decides: where legacy decides, the choice is made again under the
-    namespace's lock (``still_routed``)."""
+    """The task's namespace with its stage, and whether this worker's protocol was refused there — one query.
+    A first read: the choice it makes is made again under the namespace's lock (``still_routed``)."""
     task = (
         Task.objects.select_related("namespace__rollout")
-        .annotate(protocol_refused=_refused_in(principal, "namespace__name"))
+        .annotate(
+            protocol_refused=Exists(
+                refused_registrations(principal).filter(namespace=OuterRef("namespace__name"))
+            )
+        )
         .filter(pk=task_id)
         .first()
     )
     if task is None:
         raise NotFound("no such task")
-    return Target(task.namespace, *state_of(task.namespace), protocol_refused=task.protocol_refused)
-
-
-def _epoch_rule_first(ns: Namespace, *, scheduler_epoch: int, claim: bool, granted_epoch: int | None) -> bool:
-    if scheduler_epoch != ns.scheduler_epoch:
-        return True
-    if claim:
-        return ns.claims_paused
-    return granted_epoch is not None and granted_epoch != ns.scheduler_epoch
+    stage, _ = state_of(task.namespace)
+    return Target(task.namespace, stage, protocol_refused=task.protocol_refused)
 
 
 def still_routed(ns: Namespace, stage: str) -> bool:
-    """Inside legacy's decision: the stage, epoch and pause the routing chose on are still the namespace's, read
-    under its row lock (``state.hold_for_decision``) — else an advance, a rollback or a fence landed in between
-    and the request goes through the routing again."""
+    """Inside legacy's own transaction: the stage, epoch and pause the request was routed on are still the
+    namespace's, read under its row lock (``state.hold_for_decision``) — else an advance, a rollback or a fence
+    landed in between and the request goes through the routing again."""
     held = hold_for_decision(ns.id)
     return (held.stage, held.scheduler_epoch, held.claims_paused) == (
         stage,
@@ -148,367 +321,120 @@ def still_routed(ns: Namespace, stage: str) -> bool:
     )
 
 
-def _core(operation: str, *, principal: Principal, task_id: str, data: dict[str, Any]) -> Any:
-    """The core's own service for the operation."""
-    if operation == "claim":
-        return core.task_claim(principal=principal, task_id=task_id, **data)
-    if operation == "renew":
-        return core.task_renew(principal=principal, task_id=task_id, **data)
-    if operation == "release":
-        return core.task_release(principal=principal, task_id=task_id, **data)
-    return core.task_commit(principal=principal, task_id=task_id, **data)
-
-
-def _legacy(
-    operation: str,
-    store: LegacyStore,
-    *,
-    principal: Principal,
-    task_id: str,
-    namespace: str,
-    data: dict[str, Any],
-    staged: StagedResult | None,
-    now: Any,
-) -> LegacyVerdict:
-    """The same operation as legacy decides it. A claim.v1 commit is a legacy `complete` by the attempt's owner
-    with that attempt's staged result."""
-    if operation == "claim":
-        return store.claim(
-            task_id=task_id,
-            namespace=namespace,
-            owner_id=data["owner_id"],
-            ttl_seconds=data["ttl_seconds"],
-            now=now,
-            pool=principal.pool,
-            via=CLAIM_V1,
-        )
-    if operation == "renew":
-        return store.heartbeat(
-            task_id=task_id, owner_id=data["owner_id"], ttl_seconds=data["extend_seconds"], now=now
-        )
-    if operation == "release":
-        return store.release(task_id=task_id, owner_id=data["owner_id"], now=now)
-    return store.complete(
-        task_id=task_id,
-        namespace=namespace,
-        owner_id=principal.owner_id,
-        result=staged.result if staged else None,
-        result_digest=data["result_digest"],
-        now=now,
-        via=CLAIM_V1,
-    )
-
-
-def _write_through(
-    operation: str,
-    store: LegacyStore,
-    value: Any,
-    *,
-    principal: Principal,
-    task_id: str,
-    namespace: str,
-    data: dict[str, Any],
-    staged: StagedResult | None,
-    now: Any,
-) -> None:
-    """V1_WRITES: claim.v1's decision, recorded in the legacy store so a rollback finds it there."""
-    if operation == "commit":
-        _legacy(
-            operation,
-            store,
-            principal=principal,
-            task_id=task_id,
-            namespace=namespace,
-            data=data,
-            staged=staged,
-            now=now,
-        )
-        return
-    task = value.task if operation == "claim" else value
-    store.record_claim(
-        task_id=task_id,
-        namespace=namespace,
-        owner_id=task.owner_id or "",
-        expires_at=task.lease_expires_at,
-        now=now,
-        pool=principal.pool if operation != "release" else "",
-    )
-
-
-def _may_write_through(operation: str, ns: Namespace) -> bool:
-    """Under the namespace's lock: a claim or renew claim.v1 granted is written through only while the epoch it was
-    granted under is current — a fence (a rollback's first step) that landed after the grant ended that attempt,
-    and the legacy store, which decides again after the rollback, must not learn of it. A commit and a release
-    happened in claim.v1 before any fence, and are written through."""
-    if operation not in ("claim", "renew"):
-        return True
-    return hold_for_decision(ns.id).scheduler_epoch == ns.scheduler_epoch
-
-
-def _shadow(task_id: str, v1: V1Verdict, mismatch: Any) -> dict[str, Any]:
-    """claim.v1's view of the task after judging in shadow (claim fields null where it refused)."""
-    task = Task.objects.get(pk=task_id)
-    granted = v1.accepted and v1.word == "CLAIMED"
-    return {
-        "task_id": task.task_id,
-        "input": task.input,
-        "input_digest": task.input_digest,
-        "state_version": task.state_version,
-        "attempt_id": v1.attempt_id if granted else None,
-        "scheduler_epoch": task.scheduler_epoch if granted else None,
-        "claim_generation": task.claim_generation if granted else None,
-        "cancel_generation": task.cancel_generation,
-        "lease_expires_at": task.lease_expires_at if granted else None,
-        "fences": getattr(v1.value, "fences", {}) if granted else {},
-        "decided_by": "legacy",
-        "shadow": {
-            "verdict": v1.word,
-            "reason": v1.reason or v1.word,
-            "mismatch_id": mismatch.id if mismatch else None,
-        },
-    }
-
-
-def _refused(verdict: LegacyVerdict, fields: dict[str, Any]) -> LegacyRefused:
-    return LegacyRefused(
-        verdict.word,
-        f"legacy refused: {verdict.word}",
-        current={"owner_id": verdict.owner_id, "expires_at": verdict.expires_at},
-        extra=fields,
-    )
-
-
-def route(operation: str, *, principal: Principal, task_id: str, data: dict[str, Any]) -> Routed:
-    """Serve one claim.v1 worker operation (claim, renew, release, commit) as the namespace's stage says."""
-    fast = _fast(lambda: _core(operation, principal=principal, task_id=task_id, data=data), principal, "")
-    return fast if fast is not None else _route(operation, principal=principal, task_id=task_id, data=data)
-
-
-def route_commits(*, principal: Principal, items: list[tuple[str, dict[str, Any]]]) -> dict[int, Any]:
-    """claim-v1.md §9's commits decided together by the core (``task_commit_many``) when, under the locks it
-    takes, claim.v1 decides alone for every namespace named; otherwise nothing is decided here and the caller
-    routes each item as a single commit."""
-    fast = _fast(lambda: core.task_commit_many(principal=principal, items=items), principal, "")
-    return fast.value if fast is not None else {}
-
-
-def _route(
-    operation: str, *, principal: Principal, task_id: str, data: dict[str, Any], reroutes: int = 3
-) -> Routed:
-    target = namespace_of(task_id, principal)  # 404 before the owner's 403 (claim-v1.md §2)
-    ns, stage = target.namespace, target.stage
-    owner_id = data.get("owner_id", principal.owner_id)
-    if owner_id != principal.owner_id:
-        raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
-    attempt_id = data.get("attempt_id")
-    core_decides, granted_epoch = False, None
-    if attempt_id is not None:
-        row = (
-            Attempt.objects.filter(pk=attempt_id, task_id=task_id)
-            .values_list("owner_id", "scheduler_epoch")
-            .first()
-        )
-        if row is not None and row[0] != principal.owner_id:
-            raise Forbidden(f"attempt {attempt_id} is not {principal.owner_id!r}'s")
-        core_decides, granted_epoch = row is None, row[1] if row else None
-    if target.protocol_refused:
-        raise protocol_too_old(stage)
-    core_decides = (
-        core_decides
-        or stage == Stage.V1_ONLY
-        or _epoch_rule_first(
-            ns, scheduler_epoch=data["scheduler_epoch"], claim=attempt_id is None, granted_epoch=granted_epoch
-        )
-    )
-    if not core_decides and stage == Stage.LEGACY:
-        raise StageNotOpen(
-            f"namespace {ns.name} is at LEGACY: the claim.v1 API is not open yet", current={"stage": stage}
-        )
-    staged = None
-    if operation == "commit" and not core_decides:
-        staged = StagedResult.objects.filter(
-            task_id=task_id, attempt_id=data["attempt_id"], result_digest=data["result_digest"]
-        ).first()
-        if staged is None and "result" in data:
-            # claim-v1.md §9: the result inline is what legacy completes with; claim.v1 stages it in its commit.
-            staged = StagedResult(task_id=task_id, result=data["result"], result_digest=data["result_digest"])
-        # Legacy would decide on nothing: the core answers, and it can only refuse.
-        core_decides = staged is None and stage in LEGACY_DECIDES
-    if core_decides:
-        return Routed(CLAIM_V1, _core(operation, principal=principal, task_id=task_id, data=data))
-    context: dict[str, Any] = {
-        "principal": principal,
-        "task_id": task_id,
-        "namespace": ns.name,
-        "data": data,
-        "staged": staged,
-    }
-    interleave.reach("routing.routed")
-    store = legacy_store()
-    if stage == Stage.V1_WRITES:
-        value = _core(operation, principal=principal, task_id=task_id, data=data)
-        interleave.reach("routing.decided")
-        with transaction.atomic(durable=True):
-            if _may_write_through(operation, ns):
-                _write_through(operation, store, value, now=clock.now(), **context)
-        return Routed(CLAIM_V1, value)
+def legacy_decides(
+    each: TaskOperation, ask: Ask, target: Target, then: Callable[[LegacyVerdict], T]
+) -> T | None:
+    """Legacy's decision on ``ask`` in a transaction of its own — the one place legacy decides outside a claim.v1
+    decision's transaction — when the namespace is still as ``target`` read it (else None: the caller routes
+    again). ``then`` runs on the verdict in the same transaction (the comparison, where claim.v1 judged first)."""
     with transaction.atomic(durable=True):
-        still = still_routed(ns, stage)
-        if still:
-            now = clock.now()
-            verdict = _legacy(operation, store, now=now, **context)
-            record_legacy(ns.name, task_id, operation, CLAIM_V1, owner_id, verdict, now)
-    if not still:
+        if not still_routed(target.namespace, target.stage):
+            return None
+        return then(_legacy_decision(each, ask))
+
+
+def _result_to_complete(each: TaskOperation, task_id: str, data: dict[str, Any]) -> tuple[bool, Any]:
+    """A commit's result as legacy would complete with it — inline, or the attempt's staged one: (found, result)."""
+    if not each.commits:
+        return False, None
+    if "result" in data:
+        return True, data["result"]
+    staged = list(
+        StagedResult.objects.filter(
+            task_id=task_id, attempt_id=data["attempt_id"], result_digest=data["result_digest"]
+        ).values_list("result", flat=True)[:1]
+    )
+    return bool(staged), staged[0] if staged else None
+
+
+def _claim_v1_alone(
+    each: TaskOperation,
+    task_id: str,
+    data: dict[str, Any],
+    epoch: int,
+    paused: bool,
+    result: tuple[bool, Any],
+) -> bool:
+    """Whether a request is claim.v1's to answer alone, in every stage: its carried epoch is old, it is a claim
+    while claims are paused, the attempt it names is unknown or was granted before a fence, or it is a commit with
+    nothing to complete with."""
+    if data["scheduler_epoch"] != epoch:
+        return True
+    if each.claims:
+        return paused
+    granted = (
+        Attempt.objects.filter(pk=data["attempt_id"], task_id=task_id)
+        .values_list("scheduler_epoch", flat=True)
+        .first()
+    )
+    if granted is None or granted != epoch:
+        return True
+    return each.commits and not result[0]
+
+
+def _after_refusal(
+    route: Route, principal: Principal, task_id: str, data: dict[str, Any], exc: Conflict, reroutes: int
+) -> Routed:
+    """claim.v1 refused where legacy decides: legacy decides in its own transaction, compared with the refusal,
+    unless the request is claim.v1's alone (then the refusal is the answer)."""
+    each = route.each
+    target = namespace_of(task_id, principal)
+    ns = target.namespace
+    result = _result_to_complete(each, task_id, data)
+    if target.stage not in LEGACY_DECIDES or _claim_v1_alone(
+        each, task_id, data, ns.scheduler_epoch, ns.claims_paused, result
+    ):
+        raise exc
+    interleave.reach("routing.refused")
+    ask = ask_of(each, principal, task_id, ns.name, data, None, result=result[1])
+    v1 = refused(exc)
+    decided = legacy_decides(each, ask, target, lambda verdict: _compared(each, ask, verdict, v1))
+    if decided is None:  # the namespace moved since claim.v1 refused: the request is routed again
         if reroutes == 0:
             raise InvalidTransition(
                 "the namespace's stage kept moving under this request: send it again", reason="STAGE_CHANGED"
             )
-        return _route(operation, principal=principal, task_id=task_id, data=data, reroutes=reroutes - 1)
-    v1 = judged(
-        lambda: _core(operation, principal=principal, task_id=task_id, data=data),
-        accepted_word=SUCCESS[operation],
-    )
-    mismatch = compare(
-        namespace=ns.name,
-        task_id=task_id,
-        operation=operation,
-        api=CLAIM_V1,
-        owner_id=owner_id,
-        legacy=verdict,
-        v1=v1,
-    )
-    fields = _shadow(task_id, v1, mismatch)
-    if not verdict.accepted:
-        raise _refused(verdict, fields)
-    if operation == "commit" and v1.accepted:
-        fields.update(result_commit_id=v1.value.result_commit_id, unblocked=v1.value.unblocked)
-        if v1.value.staged_result_id is not None:
-            fields["staged_result_id"] = v1.value.staged_result_id
-    if operation == "renew":
-        fields["lease_expires_at"] = verdict.expires_at
-    return Routed("legacy", v1.value, {"outcome": SUCCESS[operation], **fields})
+        return _route(route, principal, task_id, data, reroutes - 1)
+    if decided.refused:
+        raise _legacy_refusal(decided)
+    return decided
 
 
-def route_claim_next(*, principal: Principal, data: dict[str, Any]) -> Routed:
-    """Claim-next by stage: claim.v1 picks (its SKIP LOCKED frontier) in every open stage; where legacy decides
-    it then decides the grant, and in V1_WRITES claim.v1's grant is written through."""
-    fast = _fast(
-        lambda: core.task_claim_next(principal=principal, **data), principal, data.get("namespace", "default")
-    )
-    if fast is not None:
-        return fast
-    name = data.get("namespace", "default")
-    ns = (
-        Namespace.objects.select_related("rollout")
-        .annotate(protocol_refused=_refused_in(principal, "name"))
-        .filter(name=name)
-        .first()
-    )
-    if ns is None:
-        raise Invalid({"namespace": [f"unknown namespace {name!r}"]})
-    stage, _ = state_of(ns)
-    if ns.protocol_refused:
-        raise protocol_too_old(stage)
-    if stage == Stage.LEGACY:
-        raise StageNotOpen(
-            f"namespace {ns.name} is at LEGACY: the claim.v1 API is not open yet", current={"stage": stage}
-        )
-    grant = core.task_claim_next(principal=principal, **data)
-    if (
-        grant is None
-        or stage == Stage.V1_ONLY
-        or data["scheduler_epoch"] != ns.scheduler_epoch
-        or ns.claims_paused
+def _at_legacy(route: Route, principal: Principal, task_id: str, data: dict[str, Any]) -> Routed:
+    """The namespace is at LEGACY: claim.v1's API is not open — but a request claim.v1 alone answers (an old
+    epoch, a fenced or unknown attempt, nothing to commit) is answered by claim.v1, as in every stage."""
+    target = namespace_of(task_id, principal)
+    ns, each = target.namespace, route.each
+    result = _result_to_complete(each, task_id, data)
+    if target.stage == Stage.LEGACY and not _claim_v1_alone(
+        each, task_id, data, ns.scheduler_epoch, ns.claims_paused, result
     ):
-        return Routed(CLAIM_V1, grant)
-    task = grant.task
-    store = legacy_store()
-    interleave.reach("routing.decided")
-    with transaction.atomic(durable=True):
-        # Who decides the grant, chosen again under the namespace's lock: claim.v1's grant stands alone if a fence
-        # ended it meanwhile (or the stage reached V1_ONLY), and is written through if the stage reached V1_WRITES.
-        held = hold_for_decision(ns.id)
-        if (held.scheduler_epoch, held.claims_paused) != (ns.scheduler_epoch, ns.claims_paused):
-            return Routed(CLAIM_V1, grant)
-        stage = held.stage
-        now = clock.now()
-        if stage == Stage.V1_ONLY:
-            return Routed(CLAIM_V1, grant)
-        if stage == Stage.V1_WRITES:
-            store.record_claim(
-                task_id=task.task_id,
-                namespace=ns.name,
-                owner_id=task.owner_id or "",
-                expires_at=task.lease_expires_at,
-                now=now,
-                pool=principal.pool,
-            )
-            return Routed(CLAIM_V1, grant)
-        verdict = store.claim(
-            task_id=task.task_id,
-            namespace=ns.name,
-            owner_id=principal.owner_id,
-            ttl_seconds=data["ttl_seconds"],
-            now=now,
-            pool=principal.pool,
-            via=CLAIM_V1,
-        )
-        record_legacy(ns.name, task.task_id, "claim", CLAIM_V1, principal.owner_id, verdict, now)
-    v1 = V1Verdict(True, "CLAIMED", attempt_id=str(grant.attempt_id), claim_generation=task.claim_generation)
-    mismatch = compare(
-        namespace=ns.name,
-        task_id=task.task_id,
-        operation="claim",
-        api=CLAIM_V1,
-        owner_id=principal.owner_id,
-        legacy=verdict,
-        v1=v1,
-    )
-    fields = {
-        **grant.fields(),
-        "decided_by": "legacy",
-        "shadow": {
-            "verdict": "CLAIMED",
-            "reason": "CLAIMED",
-            "mismatch_id": mismatch.id if mismatch else None,
-        },
-    }
-    if not verdict.accepted:
-        fields.pop("outcome")
-        raise _refused(verdict, fields)
-    return Routed("legacy", grant, fields)
+        raise _not_open(ns.name)
+    return Routed(CLAIM_V1, route.core(principal, task_id, data))
 
 
-def route_claim_batch(*, principal: Principal, data: dict[str, Any]) -> list[Routed]:
-    """A batch claim by stage (claim-v1.md §9). Where claim.v1 decides alone: one transaction of the core's
-    (``task_claim_batch``). Elsewhere: claim-next as the stage routes it, up to ``max_tasks`` times, each its own
-    decision. A task legacy refuses is left out of the answer — and so its claim.v1 grant, which the worker is never
-    told of, is released at once (not left to run out its lease) and the next picks pass it over; the refusal is
-    raised only if nothing was granted."""
-    fast = _fast(
-        lambda: core.task_claim_batch(principal=principal, **data),
-        principal,
-        data.get("namespace", "default"),
-    )
-    if fast is not None:
-        return [Routed(CLAIM_V1, grant) for grant in fast.value]
+def _claims_one_by_one(principal: Principal, data: dict[str, Any]) -> list[Routed]:
+    """A batch claim that met a legacy refusal (or a namespace at LEGACY): claim-next routed up to ``max_tasks``
+    times, each its own decision. A task legacy refuses is left out of the answer — its claim.v1 grant, which the
+    worker is never told of, is released at once and the next picks pass it over; the refusal is raised only if
+    nothing was granted."""
     passed_over: list[str] = []
     one = {key: value for key, value in data.items() if key != "max_tasks"}
     granted: list[Routed] = []
-    refused: LegacyRefused | None = None
+    refusal: LegacyRefused | None = None
     for _ in range(data["max_tasks"]):
         try:
-            routed = route_claim_next(principal=principal, data={**one, "passed_over": passed_over})
+            routed = route("claim_next", principal=principal, data={**one, "passed_over": passed_over})
         except LegacyRefused as exc:
-            refused = exc
+            refusal = exc
             _release_unannounced(principal, data["owner_id"], exc.extra)
             passed_over.append(exc.extra["task_id"])
             continue
         if routed.value is None:
             break
         granted.append(routed)
-    if not granted and refused is not None:
-        raise refused
+    if not granted and refusal is not None:
+        raise refusal
     return granted
 
 

@@ -7,51 +7,30 @@ SHADOW → V1_READS gate (``ComparedOperation``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 
 from claims import clock
-from claims.errors import ClaimError, Conflict
+from claims.errors import ClaimError
 from claims.models import Task, TaskState
 
 from ..legacy import LegacyVerdict, legacy_store
 from ..models import ComparedOperation, ExplainRule, LegacyEvent, Mismatch, MismatchReason, MismatchStatus
+from .operations import V1Verdict, refused
+
+__all__ = ["V1Verdict", "compare", "judged", "mismatch_reason", "record_legacy"]
 
 _STALE_WORDS = {"FENCED", "CANCELLED", "STALE_INPUT"}
-
-
-@dataclass
-class V1Verdict:
-    """claim.v1's judgement of one operation: accepted with the core's value, or refused with its word."""
-
-    accepted: bool
-    word: str
-    reason: str = ""
-    attempt_id: str | None = None
-    claim_generation: int | None = None
-    value: Any = None
-    body: dict[str, Any] = field(default_factory=dict)
-
-    def as_record(self) -> dict[str, Any]:
-        return {
-            "verdict": self.word,
-            "reason": self.reason,
-            "attempt_id": self.attempt_id,
-            "claim_generation": self.claim_generation,
-        }
 
 
 def judged(operation: Any, *, accepted_word: str) -> V1Verdict:
     """Run one claim.v1 service call and turn its answer into a verdict: a refusal is a verdict, not an error."""
     try:
         value = operation()
-    except Conflict as exc:
-        return V1Verdict(False, exc.outcome, exc.reason, body=exc.body())
     except ClaimError as exc:
-        return V1Verdict(False, exc.outcome, exc.reason)
+        return refused(exc)
     attempt_id = getattr(value, "attempt_id", None)
     generation = getattr(getattr(value, "task", value), "claim_generation", None)
     return V1Verdict(
@@ -98,7 +77,13 @@ def _v1_live_other_owner(task_id: str, owner_id: str) -> bool:
 
 
 def mismatch_reason(
-    operation: str, legacy: LegacyVerdict, v1: V1Verdict, *, task_id: str, owner_id: str
+    operation: str,
+    legacy: LegacyVerdict,
+    v1: V1Verdict,
+    *,
+    task_id: str,
+    owner_id: str,
+    same_result: bool = False,
 ) -> str | None:
     """The first row of rollout.md's table that matches, or None when the stores agree."""
     if operation == "claim":
@@ -117,7 +102,7 @@ def mismatch_reason(
         return MismatchReason.V1_REJECTED_ONLY
     if not legacy.accepted and v1.accepted:
         return MismatchReason.LEGACY_REJECTED_ONLY
-    if operation in ("commit", "complete") and legacy.accepted and v1.accepted:
+    if operation in ("commit", "complete") and legacy.accepted and v1.accepted and not same_result:
         row = legacy_store().get(task_id=task_id)
         canonical = Task.objects.filter(pk=task_id).values_list("result_digest", flat=True).first()
         if row is not None and canonical and row.result_digest != canonical:
@@ -134,12 +119,17 @@ def compare(
     owner_id: str,
     legacy: LegacyVerdict,
     v1: V1Verdict,
+    same_result: bool = False,
 ) -> Mismatch | None:
     """Record the comparison (it counts toward the SHADOW → V1_READS gate) and, on disagreement, the mismatch —
-    EXPLAINED at once when an explain rule covers its reason."""
-    reason = mismatch_reason(operation, legacy, v1, task_id=task_id, owner_id=owner_id)
-    with transaction.atomic(durable=True):
-        now = clock.now()
+    EXPLAINED at once when an explain rule covers its reason. Inside the caller's transaction when it has one
+    (the routed decision's), else in its own. ``same_result``: the caller knows both stores completed with one
+    result in one transaction, so the winners cannot differ and are not read again."""
+    reason = mismatch_reason(
+        operation, legacy, v1, task_id=task_id, owner_id=owner_id, same_result=same_result
+    )
+    with transaction.atomic(savepoint=False):
+        now = legacy.at or clock.now()
         ComparedOperation.objects.create(
             namespace=namespace, operation=operation, api=api, agreed=reason is None, at=now
         )

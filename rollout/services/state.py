@@ -17,7 +17,7 @@ from claims import services as core
 from claims.errors import InvalidTransition
 from claims.models import Namespace, Principal
 
-from ..models import DEFAULT_PROTOCOL, DEFAULT_STAGE, RolloutState, Stage, WorkerRegistration
+from ..models import DEFAULT_PROTOCOL, DEFAULT_STAGE, RolloutState, WorkerRegistration
 
 
 @dataclass(frozen=True)
@@ -71,10 +71,11 @@ def hold_for_decision(namespace_id: int) -> Held:
     return Held(epoch, bool(paused), row[0] if row else DEFAULT_STAGE)
 
 
-def decides_alone(ns: core.NamespaceHold, principal: Principal) -> bool:
-    """Under the namespace lock the caller's transaction already holds (``core.guarded``): whether claim.v1
-    alone decides for this worker here — the stage is V1_ONLY and its protocol was not refused. One statement,
-    after the lock, so it reads what every committed stage change and registration left."""
+def stage_for(ns: core.NamespaceHold, principal: Principal) -> tuple[str, bool]:
+    """Under the namespace lock the caller's transaction already holds (``core.Guard.check``): the namespace's
+    stage, and whether this worker's protocol was refused there. One statement, after the lock, so it reads what
+    every committed stage change and registration left — and holds until the transaction ends: every writer of
+    the stage takes the namespace row FOR NO KEY UPDATE, which waits for this FOR SHARE."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT (SELECT stage FROM {RolloutState._meta.db_table} WHERE namespace_id = %s), "
@@ -83,7 +84,7 @@ def decides_alone(ns: core.NamespaceHold, principal: Principal) -> bool:
             [ns.id, principal.name, ns.name],
         )
         stage, refused = cursor.fetchone()
-    return (stage or DEFAULT_STAGE) == Stage.V1_ONLY and not refused
+    return stage or DEFAULT_STAGE, bool(refused)
 
 
 def namespace_create(*, principal: Principal, name: str, stage: str, min_protocol: str) -> Namespace:

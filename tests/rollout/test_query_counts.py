@@ -5,13 +5,17 @@ PostgreSQL. A change that adds a query must change the number here, on purpose. 
 service (issue 11) the same requests took: V1_ONLY claim 8, renew 8, commit 10, release 10, claim-next 8, task
 read 2; SHADOW 24, 20, 26, 22, 21, 4; V1_WRITES 17, 16, 18, 18, 15, 2. (The attempt's owner and epoch are one
 read now, and a refused registration is part of the namespace read.) After issue 11 and before issue 12's lean path:
-V1_ONLY 7, 7, 8, 9, 7, 2; SHADOW 24, 19, 25, 21, 21, 3; V1_WRITES 17, 15, 16, 16, 15, 2."""
+V1_ONLY 7, 7, 8, 9, 7, 2; SHADOW 24, 19, 25, 21, 21, 3; V1_WRITES 17, 15, 16, 16, 15, 2. Before issue 22 made every
+stage one path (the core's transaction with the stage hook, legacy deciding inside it): SHADOW 29, 19, 25, 22, 25, 2;
+V1_WRITES 22, 15, 15, 16, 19, 1."""
 
 from __future__ import annotations
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+
+from rollout.models import ComparedOperation, LegacyClaim
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -21,12 +25,12 @@ PINNED = {
     # V1_ONLY is the fast path (issue 12): the core's transaction with the rollout's guard read under its lock —
     # BEGIN, lock, guard, the writes, COMMIT — nothing read before it.
     "V1_ONLY": (7, 5, 6, 8, 6, 1),
-    # The first claim and the first claim-next of a namespace try the fast path (BEGIN, lock, guard, ROLLBACK: 4)
-    # before the full routing; the hint then sends requests straight to the routing. Legacy's decision reads the
-    # stage after the namespace lock, in a second statement (issue 12: a join read it from a stale snapshot).
-    "SHADOW": (29, 19, 25, 22, 25, 2),
-    # a claim's or renew's write-through checks the epoch under the lock
-    "V1_WRITES": (22, 15, 15, 16, 19, 1),
+    # One transaction in every stage (issue 22). SHADOW's commit: BEGIN, lock task + namespace, the stage hook's
+    # read, flip the staged row, task + attempt + event; then legacy: its row FOR UPDATE, the clock after it, its
+    # write, its history; the comparison; claim.v1's view of the task for the answer; COMMIT — 12.
+    "SHADOW": (12, 10, 12, 13, 11, 2),
+    # a write-through is the legacy row FOR UPDATE, the clock, the write — in the decision's transaction
+    "V1_WRITES": (10, 8, 9, 11, 9, 1),
 }
 # A release makes a task claimable: after its commit, one pg_notify for waiting claims (claims/services/wakeups.py).
 
@@ -90,3 +94,49 @@ def test_the_worker_path_in_v1_only_takes_its_pinned_statements(operator, worker
 
     assert [r["status"] for r in response.json()["results"]] == [200] * 10
     assert counts == WORKER_PATH
+
+
+# A batch of 10 claims and a batch of 10 inline commits per stage (issue 22): one transaction each, whatever the
+# stage — before, outside V1_ONLY, each item was its own routed request (SHADOW: 10 × 25 statements for the commits).
+BATCHES = {
+    # claims: BEGIN, lock namespace, the stage hook, the picks, attempts + events, then per task where legacy decides
+    # its row, clock, write, history and the comparison; COMMIT. Commits: the same shape around task_commit_many.
+    "V1_ONLY": {"batch of 10": 6, "10 commits": 6},
+    "SHADOW": {"batch of 10": 56, "10 commits": 66},
+    "V1_WRITES": {"batch of 10": 36, "10 commits": 36},
+}
+
+
+@pytest.mark.parametrize("stage", list(BATCHES))
+def test_a_batch_is_one_transaction_in_every_stage(operator, worker_a, stage):
+    ns = f"ns-batch-{stage.lower().replace('_', '-')}"
+    operator.post("/namespaces", {"name": ns, "stage": stage})
+    for _ in range(10):
+        operator.create(namespace=ns)
+    worker_a.get("/tasks")  # the token's lookup, then remembered
+    counts, transactions = {}, {}
+
+    with CaptureQueriesContext(connection) as ctx:
+        response = worker_a.claim_batch(10, namespace=ns)
+    claims = response.json()["claims"]
+    counts["batch of 10"] = len(ctx.captured_queries)
+    transactions["batch of 10"] = sum(q["sql"] == "BEGIN" for q in ctx.captured_queries)
+    items = [{"task_id": c["task_id"], **worker_a.commit_body(c, {"r": 3}, inline=True)} for c in claims]
+    with CaptureQueriesContext(connection) as ctx:
+        response = worker_a.commits(items)
+    counts["10 commits"] = len(ctx.captured_queries)
+    transactions["10 commits"] = sum(q["sql"] == "BEGIN" for q in ctx.captured_queries)
+
+    assert len(claims) == 10
+    assert [r["status"] for r in response.json()["results"]] == [200] * 10
+    assert transactions == {"batch of 10": 1, "10 commits": 1}
+    assert counts == BATCHES[stage]
+    legacy = LegacyClaim.objects.filter(namespace=ns)
+    if stage == "V1_ONLY":
+        assert not legacy.exists()
+    else:  # every task completed in the legacy store too, with claim.v1's result
+        assert sorted(legacy.values_list("completed_by", flat=True)) == ["worker-a"] * 10
+        assert list(legacy.values_list("result", flat=True).distinct()) == [{"r": 3}]
+    if stage == "SHADOW":
+        assert ComparedOperation.objects.filter(namespace=ns, agreed=True).count() == 20
+        assert all(r["body"]["decided_by"] == "legacy" for r in response.json()["results"])

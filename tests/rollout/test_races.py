@@ -9,8 +9,8 @@ import uuid
 import pytest
 from rest_framework.test import APIClient
 
-from claims.models import AuditEntry, Namespace, StagedResult, Task
-from rollout.models import ComparedOperation, LegacyClaim, StageChange
+from claims.models import Attempt, AuditEntry, Namespace, StagedResult, Task
+from rollout.models import ComparedOperation, LegacyClaim, LegacyEvent, StageChange
 from tests.support.actors import make_actor
 from tests.support.races import (
     Pause,
@@ -356,16 +356,74 @@ def test_an_advance_closing_the_legacy_protocol_before_legacys_decision_refuses_
     assert Task.objects.get(pk=task_id).state == "READY"
 
 
+def _settling_while(request, interloper):
+    """Run ``request`` until its decision is written and not yet settled (``routing.settling``: inside the core's
+    transaction, the namespace held FOR SHARE); start ``interloper``, see it wait for that lock, then let the
+    request commit. Returns both answers."""
+    pause = Pause("routing.settling")
+    thread, box = run_in_thread(request)
+    pause.wait_reached()
+    other, other_box = run_in_thread(interloper)
+    wait_for_lock_waiters(1)  # the fence waits for the decision in flight
+    assert "value" not in other_box
+    pause.resume()
+    thread.join(30)
+    other.join(30)
+    assert "error" not in box and "error" not in other_box, (box, other_box)
+    return box["value"], other_box["value"]
+
+
 @pytest.mark.postgres
-def test_a_fence_between_claim_v1s_grant_and_the_write_through_keeps_the_fenced_grant_out_of_legacy(operator):
+def test_a_fence_arriving_while_a_v1_writes_grant_is_written_through_waits_for_both(operator):
+    """Issue 22: the grant and its write-through are one transaction. A fence that arrives in between waits for
+    it, so the legacy store and claim.v1 never disagree on who was granted before the fence. (Before, they were two
+    transactions and the fence could land between them; the write-through then re-checked the epoch.)"""
     oncall, worker, namespace, task_id = _routed_setup(operator, "writing-through", "V1_WRITES", "router-d")
 
-    # claim.v1 granted under epoch 1, the legacy store not yet written, when the fence lands
-    claimed, fenced = _overtaken("routing.decided", lambda: worker.claim(task_id), _fence(oncall, namespace))
+    claimed, fenced = _settling_while(lambda: worker.claim(task_id), _fence(oncall, namespace))
+
+    assert claimed.status_code == 200 and fenced.status_code == 200, (claimed.json(), fenced.json())
+    granted = claimed.json()
+    assert granted["scheduler_epoch"] == 1 and Namespace.objects.get(name=namespace).scheduler_epoch == 2
+    row = LegacyClaim.objects.get(pk=task_id)
+    assert (row.owner_id, row.via) == (
+        "router-d",
+        "claim.v1",
+    )  # written through with the grant, before the fence
+    attempt = Attempt.objects.get(pk=granted["attempt_id"])
+    assert attempt.ended_at is not None  # and the fence, after both, ended it
+
+
+@pytest.mark.postgres
+def test_in_shadow_legacys_decision_and_claim_v1s_judgement_commit_together_before_a_fence(operator):
+    """Issue 22: where legacy decides, its decision, its history, claim.v1's judgement and the comparison are one
+    transaction; a fence that arrives in between waits for all of them."""
+    oncall, worker, namespace, task_id = _routed_setup(operator, "settling-shadow", "SHADOW", "router-g")
+
+    claimed, fenced = _settling_while(lambda: worker.claim(task_id), _fence(oncall, namespace))
+
+    assert claimed.status_code == 200 and fenced.status_code == 200, (claimed.json(), fenced.json())
+    assert claimed.json()["decided_by"] == "legacy"
+    assert LegacyClaim.objects.get(pk=task_id).owner_id == "router-g"
+    assert LegacyEvent.objects.filter(task_id=task_id, verdict="GRANTED").count() == 1
+    assert ComparedOperation.objects.filter(namespace=namespace, agreed=True).count() == 1
+    assert Attempt.objects.get(pk=claimed.json()["attempt_id"]).ended_at is not None
+
+
+@pytest.mark.postgres
+def test_a_fence_between_claim_v1s_refusal_and_legacys_own_decision_sends_the_request_through_again(operator):
+    """claim.v1 refused where legacy decides (another owner's live claim): legacy decides in a transaction of its
+    own, on the epoch it reads under the namespace's lock. A fence that lands in between sends the request through
+    the routing again, where the old carried epoch is claim.v1's alone to refuse — legacy never grants it."""
+    oncall, worker, namespace, task_id = _routed_setup(operator, "refused-then-fenced", "SHADOW", "router-h")
+    make_actor("router-i", "worker").claim(task_id)  # claim.v1 and legacy: router-i holds it
+    LegacyClaim.objects.filter(pk=task_id).update(owner_id="", expires_at=None)  # legacy's table lost it
+
+    claimed, fenced = _overtaken("routing.refused", lambda: worker.claim(task_id), _fence(oncall, namespace))
 
     assert fenced.status_code == 200, fenced.json()
-    assert claimed.status_code == 200  # the grant happened before the fence; the fence ended it
-    assert not LegacyClaim.objects.filter(pk=task_id).exclude(owner_id="").exists()
+    assert claimed.status_code == 409 and claimed.json()["outcome"] == "FENCED", claimed.json()
+    assert LegacyClaim.objects.get(pk=task_id).owner_id == ""  # legacy was never asked
 
 
 @pytest.mark.postgres
