@@ -217,6 +217,59 @@ def idle_waiters(url: str, server_pid: int, count: int) -> dict[str, Any]:
     return asyncio.run(main())
 
 
+def batch_bar(url: str, pg_dsn: str, *, port: int, workers: int, seconds: float, tasks: int, repeat: int) -> dict:
+    """Issue 22's bar, in one run: batched HTTP at N=10 and N=100 against PgQueuer at batch 1 and batch 10, the same
+    W workers, each measured ``repeat`` times in turn (so a slow minute hits every path alike); the ratios of each
+    round, and their spread."""
+    from django.db import connections
+
+    from bench import queues
+
+    rounds = []
+    for _ in range(repeat):
+        row: dict[str, Any] = {}
+        server = start_server(port, 2)
+        try:
+            row["http_batch10"] = run_http(url, workers, seconds, 10, tasks * 3)
+            row["http_batch100"] = run_http(url, workers, seconds, 100, tasks * 6)
+        finally:
+            stop_server(server)
+        connections.close_all()
+        row["pgqueuer_b1"] = queues.run_pgqueuer(pg_dsn, workers, seconds, 1, tasks)
+        row["pgqueuer_b10"] = queues.run_pgqueuer(pg_dsn, workers, seconds, 10, tasks * 10)
+        row["ratios"] = {
+            "n10_over_pgqueuer_b1": row["http_batch10"]["rate"] / row["pgqueuer_b1"]["rate"],
+            "n100_over_pgqueuer_b10": row["http_batch100"]["rate"] / row["pgqueuer_b10"]["rate"],
+        }
+        summary = {k: v["rate"] if "rate" in v else v for k, v in row.items()}
+        print(json.dumps(summary), flush=True)
+        rounds.append(row)
+    return {"workers": workers, "rounds": rounds}
+
+
+def _print_bar(bar: dict) -> None:
+    rounds = bar["rounds"]
+    print(f"\n| path (W={bar['workers']}) | " + " | ".join(f"round {i + 1}" for i in range(len(rounds))) + " |")
+    print("|---|" + "---:|" * len(rounds))
+    for label, key in [
+        ("HTTP batched, N=10", "http_batch10"),
+        ("HTTP batched, N=100", "http_batch100"),
+        ("PgQueuer batch 1", "pgqueuer_b1"),
+        ("PgQueuer batch 10", "pgqueuer_b10"),
+    ]:
+        print(f"| {label} | " + " | ".join(f"{r[key]['rate']:,.0f} /s" for r in rounds) + " |")
+    for label, key in [
+        ("N=10 ÷ PgQueuer batch 1 (target ≥ 1)", "n10_over_pgqueuer_b1"),
+        ("N=100 ÷ PgQueuer batch 10 (target ≥ 0.3)", "n100_over_pgqueuer_b10"),
+    ]:
+        values = [r["ratios"][key] for r in rounds]
+        print(
+            f"| {label} | " + " | ".join(f"{v:.2f}" for v in values) + f" |  (min {min(values):.2f}, max {max(values):.2f})"
+        )
+    doubles = sum(r[k]["double"] + r[k]["errors"] for r in rounds for k in ("http_batch10", "http_batch100"))
+    print(f"| tasks handed twice or refused | {doubles} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -226,6 +279,10 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=30000)
     parser.add_argument("--port", type=int, default=8111)
     parser.add_argument("--idle", type=int, default=1000, help="idle waiters held by one server process")
+    parser.add_argument(
+        "--batch-bar", action="store_true", help="only the batched bar: N=10 and N=100 against PgQueuer, repeated"
+    )
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     dsn = os.environ.get("DATABASE_URL", "")
     if not dsn.startswith("postgres"):
@@ -242,6 +299,18 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     pg_dsn = dsn.replace("postgres://", "postgresql://", 1)
     url = f"http://127.0.0.1:{args.port}"
+    if args.batch_bar:
+        workers = int(args.workers.split(",")[0])
+        bar = batch_bar(
+            url, pg_dsn, port=args.port, workers=workers, seconds=args.seconds, tasks=args.tasks, repeat=args.repeat
+        )
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        out = ROOT / "bench" / "results" / f"batchbar-{stamp}.json"
+        meta = {"when": stamp, "seconds": args.seconds, "cpus": os.cpu_count(), "python": sys.version.split()[0]}
+        out.write_text(json.dumps({"meta": meta, "bar": bar}, indent=2, default=str))
+        _print_bar(bar)
+        print(f"\nwritten to {out.relative_to(ROOT)}")
+        return
     rows = []
     for workers in [int(w) for w in args.workers.split(",")]:
         row: dict[str, Any] = {"workers": workers}

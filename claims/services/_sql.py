@@ -66,7 +66,17 @@ def _insert_sql(model: type[models.Model], attnames: tuple[str, ...], vendor: st
     return sql + " ON CONFLICT DO NOTHING" if if_absent else sql
 
 
-Statement = tuple[str, list[Any]]
+class Statement(tuple):  # type: ignore[type-arg]
+    """``(sql, params)``. A plain one-row INSERT and an UPDATE by equalities also carry their ``shape`` (the
+    table, the columns written, the columns matched): ``together`` sends many statements of one shape as one
+    set-based statement over arrays, one array per column."""
+
+    shape: tuple[Any, ...] | None = None
+
+    def __new__(cls, sql: str, params: list[Any], shape: tuple[Any, ...] | None = None) -> Statement:
+        statement = super().__new__(cls, (sql, params))
+        statement.shape = shape
+        return statement
 
 
 def insert_statement(model: type[models.Model], *, if_absent: bool = False, **values: Any) -> Statement:
@@ -74,7 +84,8 @@ def insert_statement(model: type[models.Model], *, if_absent: bool = False, **va
     would break a unique constraint is skipped (ON CONFLICT DO NOTHING)."""
     db = _db()
     sql = _insert_sql(model, tuple(values), db.vendor, if_absent)
-    return sql, [prep(model, name, value, db) for name, value in values.items()]
+    shape = None if if_absent else ("insert", model, tuple(values))
+    return Statement(sql, [prep(model, name, value, db) for name, value in values.items()], shape)
 
 
 def insert_many_statement(model: type[models.Model], rows: list[dict[str, Any]]) -> Statement:
@@ -82,9 +93,71 @@ def insert_many_statement(model: type[models.Model], rows: list[dict[str, Any]])
     databases an auto-increment key follows that order."""
     db = _db()
     attnames = tuple(rows[0])
+    if db.vendor == "postgresql":
+        columns = [[prep(model, name, row[name], db) for row in rows] for name in attnames]
+        return Statement(_insert_arrays_sql(model, attnames), columns)
     one = _insert_sql(model, attnames, db.vendor, False)
     more = f", ({', '.join(['%s'] * len(attnames))})" * (len(rows) - 1)
-    return one + more, [prep(model, name, row[name], db) for row in rows for name in attnames]
+    return Statement(one + more, [prep(model, name, row[name], db) for row in rows for name in attnames])
+
+
+@cache
+def _array_type(model: type[models.Model], attname: str) -> str:
+    return f"{_fields(model)[attname].db_type(_db())}[]"
+
+
+@cache
+def _insert_arrays_sql(model: type[models.Model], attnames: tuple[str, ...]) -> str:
+    """PostgreSQL: the rows as one array per column, unnested in order — a statement whose text does not grow
+    with the rows (so it is parsed once, by psycopg and by PostgreSQL's plan cache alike)."""
+    columns = ", ".join(_column(model, name, "postgresql") for name in attnames)
+    arrays = ", ".join(f"%s::{_array_type(model, name)}" for name in attnames)
+    return f"INSERT INTO {model._meta.db_table} ({columns}) SELECT * FROM unnest({arrays})"
+
+
+@cache
+def _update_arrays_sql(
+    model: type[models.Model], attnames: tuple[str, ...], where: tuple[tuple[str, bool], ...]
+) -> str:
+    """PostgreSQL: UPDATEs of one shape as one, each row's values and keys an element of per-column arrays."""
+    keys = [name for name, is_null in where if not is_null]
+    names = [f"s{i}" for i in range(len(attnames))] + [f"k{i}" for i in range(len(keys))]
+    arrays = ", ".join(f"%s::{_array_type(model, name)}" for name in [*attnames, *keys])
+    table = model._meta.db_table
+    assignments = ", ".join(f"{_column(model, name, 'postgresql')} = v.s{i}" for i, name in enumerate(attnames))
+    matches = [f"{table}.{_column(model, name, 'postgresql')} = v.k{i}" for i, name in enumerate(keys)]
+    matches += [f"{table}.{_column(model, name, 'postgresql')} IS NULL" for name, is_null in where if is_null]
+    return (
+        f"UPDATE {table} SET {assignments} FROM unnest({arrays}) AS v({', '.join(names)}) "
+        f"WHERE {' AND '.join(matches)}"
+    )
+
+
+def _set_based(shape: tuple[Any, ...], group: list[Statement]) -> Statement:
+    """Statements of one shape (``Statement.shape``) as one, their params turned into per-column arrays."""
+    width = len(group[0][1])
+    columns = [[statement[1][i] for statement in group] for i in range(width)]
+    if shape[0] == "insert":
+        return Statement(_insert_arrays_sql(shape[1], shape[2]), columns)
+    return Statement(_update_arrays_sql(shape[1], shape[2], shape[3]), columns)
+
+
+def _coalesced(statements: tuple[Statement, ...]) -> list[Statement]:
+    """On PostgreSQL, statements of one shape sent as one (in the place of the first of them); the others as they
+    are. Only for writes that touch distinct rows, as every caller of ``together`` sends them."""
+    groups: dict[Any, list[Statement]] = {}
+    order: list[Any] = []
+    for index, statement in enumerate(statements):
+        shape = getattr(statement, "shape", None)
+        key = shape if shape is not None else ("alone", index)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(statement)
+    return [
+        _set_based(key, groups[key]) if key[0] != "alone" and len(groups[key]) > 1 else groups[key][0]
+        for key in order
+    ]
 
 
 @cache
@@ -120,8 +193,20 @@ def upsert(
     it now stands, in no particular order. One statement on both databases."""
     db = _db()
     attnames = tuple(rows[0])
+    if db.vendor == "postgresql" and len(rows) > 1:
+        sql = _insert_arrays_sql(model, attnames) + _upsert_tail(model, conflict, update)
+        return load(model, sql, [[prep(model, name, row[name], db) for row in rows] for name in attnames])
     sql = _upsert_sql(model, attnames, len(rows), conflict, update, db.vendor)
     return load(model, sql, [prep(model, name, row[name], db) for row in rows for name in attnames])
+
+
+@cache
+def _upsert_tail(model: type[models.Model], conflict: tuple[str, ...], update: tuple[str, ...]) -> str:
+    target = ", ".join(_column(model, name, "postgresql") for name in conflict)
+    assignments = ", ".join(
+        f"{_column(model, name, 'postgresql')} = EXCLUDED.{_column(model, name, 'postgresql')}" for name in update
+    )
+    return f" ON CONFLICT ({target}) DO UPDATE SET {assignments} RETURNING *"
 
 
 @cache
@@ -161,7 +246,7 @@ def together(*statements: Statement) -> None:
             for sql, params in statements:
                 cursor.execute(sql, params)
             return
-        *first, (last_sql, last_params) = statements
+        *first, (last_sql, last_params) = _coalesced(statements)
         clauses = ", ".join(f"w{index} AS ({sql})" for index, (sql, _) in enumerate(first))
         params = [param for _, statement_params in first for param in statement_params]
         cursor.execute(f"WITH {clauses} {last_sql}", params + last_params)
@@ -192,7 +277,8 @@ def update_statement(model: type[models.Model], where: dict[str, Any], **values:
     db = _db()
     condition, where_params = _where(model, where, db)
     sql = _update_sql(model, tuple(values), condition, db.vendor)
-    return sql, [prep(model, name, value, db) for name, value in values.items()] + where_params
+    shape = ("update", model, tuple(values), tuple((name, value is None) for name, value in where.items()))
+    return Statement(sql, [prep(model, name, value, db) for name, value in values.items()] + where_params, shape)
 
 
 def update(model: type[models.Model], where: dict[str, Any], **values: Any) -> int:
