@@ -41,6 +41,7 @@ def worker_loop(
     errors = 0
     headers = {"Authorization": f"Bearer {token}"}
     claim_body = {"owner_id": owner, "scheduler_epoch": 1, "ttl_seconds": 300, "namespace": namespace}
+    cpu = time.process_time()
     with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
         deadline = time.perf_counter() + seconds
         while time.perf_counter() < deadline:
@@ -66,7 +67,9 @@ def worker_loop(
             handed += [c["task_id"] for c in claims]
             elapsed = time.perf_counter() - started
             latencies += [elapsed] * len(claims)  # each task's cycle is the batch's
-    queue.put({"latencies": latencies, "handed": handed, "errors": errors})
+    queue.put(
+        {"latencies": latencies, "handed": handed, "errors": errors, "cpu": time.process_time() - cpu}
+    )
 
 
 def run(url: str, tokens: list[tuple[str, str]], namespace: str, seconds: float, batch: int) -> dict:
@@ -97,6 +100,8 @@ def run(url: str, tokens: list[tuple[str, str]], namespace: str, seconds: float,
         "p50_ms": pct(50),
         "p95_ms": pct(95),
         "errors": sum(out["errors"] for out in outputs),
+        # the worker processes' own CPU (the HTTP client, JSON, digests), on the same cores as the server
+        "client_cpu_s": sum(out["cpu"] for out in outputs),
         "handed_twice": len(handed) - len(set(handed)),
         "handed": handed,
     }

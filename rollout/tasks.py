@@ -81,12 +81,6 @@ def gate_check(namespace: str | None = None) -> list[dict]:
     return out
 
 
-@shared_task(name="rollout.coverage_check", **_RETRY)
-def coverage_check(namespace: str | None = None) -> list[dict]:
-    names = [namespace] if namespace else list(Namespace.objects.values_list("name", flat=True))
-    return [jobs.coverage_figures(name) for name in names]
-
-
 @shared_task(name="rollout.compare_shadow", **_RETRY)
 def compare_shadow(namespace: str | None = None) -> dict:
     with singleton("compare_shadow") as got:

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from celery import current_app
 from django.db import transaction
 
 from .. import interleave
@@ -61,6 +62,13 @@ class Prepared:
 
 
 @contextmanager
+
+def enqueue(job: str, *args: Any) -> None:
+    """Send a Celery job by its registered name (``claims/tasks.py``): jobs call services, never the other way, so
+    a service names the job instead of importing it. The registered task itself, so an eager configuration runs
+    it in place and a worker receives it otherwise."""
+    current_app.tasks[job].delay(*args)
+
 def _at_effect_point(
     principal: Principal,
     task_id: str,
@@ -528,9 +536,5 @@ def effect_dispatch(
             owner_id=owner_id,
             detail={"dispatch_id": str(intent.pk)},
         )
-        from ..tasks import (
-            deliver_dispatch,  # the Celery job; imported late to keep services importable alone
-        )
-
-        transaction.on_commit(lambda: deliver_dispatch.delay(str(intent.pk)))
+        transaction.on_commit(lambda: enqueue("claims.deliver_dispatch", str(intent.pk)))
     return intent, True

@@ -39,7 +39,6 @@ CELERY_BEAT_SCHEDULE = {
     "resend-fences": {"task": "rollout.resend_fences", "schedule": 15.0},
     "drain-check": {"task": "rollout.drain_check", "schedule": 15.0},
     "gate-check": {"task": "rollout.gate_check", "schedule": 15.0},
-    "coverage-check": {"task": "rollout.coverage_check", "schedule": 60.0},
     "compare-shadow": {"task": "rollout.compare_shadow", "schedule": 60.0},
     "advance-rollbacks": {"task": "rollout.advance_rollback", "schedule": 15.0},
 }

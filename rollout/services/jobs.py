@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from claims.models import Task, TaskState
 
-from claims.models import Namespace, Task, TaskState
-
-from .. import selectors
 from ..legacy import LegacyVerdict, legacy_store
 from ..models import Mismatch, MismatchReason
 from .shadow import V1Verdict, compare
-
-
-def coverage_figures(namespace: str) -> dict[str, Any]:
-    ns = Namespace.objects.get(name=namespace)
-    cov = selectors.coverage(ns)
-    return {
-        "namespace": namespace,
-        "window_start": cov["window_start"].isoformat(),
-        "points": {point: p["ratio"] for point, p in cov["points"].items()},
-    }
 
 
 def settle_winner_differs(*, namespace: str | None = None) -> int:
