@@ -10,5 +10,6 @@ class ClaimsConfig(AppConfig):
 
     def ready(self) -> None:
         from . import metrics, schema  # noqa: F401  (registers the OpenAPI auth extension)
+        from . import tasks  # noqa: F401  (registers the jobs a service sends by name: services.effects.enqueue)
 
         metrics.register()

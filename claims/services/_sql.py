@@ -66,7 +66,7 @@ def _insert_sql(model: type[models.Model], attnames: tuple[str, ...], vendor: st
     return sql + " ON CONFLICT DO NOTHING" if if_absent else sql
 
 
-class Statement(tuple):  # type: ignore[type-arg]
+class Statement(tuple):
     """``(sql, params)``. A plain one-row INSERT and an UPDATE by equalities also carry their ``shape`` (the
     table, the columns written, the columns matched): ``together`` sends many statements of one shape as one
     set-based statement over arrays, one array per column."""

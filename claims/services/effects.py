@@ -62,13 +62,6 @@ class Prepared:
 
 
 @contextmanager
-
-def enqueue(job: str, *args: Any) -> None:
-    """Send a Celery job by its registered name (``claims/tasks.py``): jobs call services, never the other way, so
-    a service names the job instead of importing it. The registered task itself, so an eager configuration runs
-    it in place and a worker receives it otherwise."""
-    current_app.tasks[job].delay(*args)
-
 def _at_effect_point(
     principal: Principal,
     task_id: str,
@@ -538,3 +531,10 @@ def effect_dispatch(
         )
         transaction.on_commit(lambda: enqueue("claims.deliver_dispatch", str(intent.pk)))
     return intent, True
+
+
+def enqueue(job: str, *args: Any) -> None:
+    """Send a Celery job by its registered name (``claims/tasks.py``): jobs call services, never the other way, so
+    a service names the job instead of importing it. The registered task itself, so an eager configuration runs
+    it in place and a worker receives it otherwise."""
+    current_app.tasks[job].delay(*args)

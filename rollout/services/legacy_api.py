@@ -135,7 +135,7 @@ def legacy_operation(
         )
     interleave.reach("legacy_operation.routed")
     ask = Ask(principal, task_id, ns.name, owner_id, LEGACY, ttl_seconds, result, result_digest)
-    verdict = routing.legacy_decides(each, ask, target, lambda verdict: verdict)
+    verdict = routing.legacy_decides(each, ask, target, lambda verdict, records: verdict)
     if verdict is None:  # an advance, a rollback or a fence landed meanwhile: through the routing again
         if reroutes == 0:
             raise InvalidTransition(

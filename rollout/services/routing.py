@@ -46,7 +46,7 @@ from ..models import Stage
 from ..selectors import rollout_state as state_of
 from .errors import LegacyRefused, StageNotOpen
 from .operations import CLAIM_V1, LEGACY, ROUTES, Ask, Route, TaskOperation, V1Verdict, ask_of, refused
-from .shadow import compare, record_legacy
+from .shadow import Records, compare, record_legacy
 from .state import hold_for_decision, stage_for
 from .workers import protocol_too_old, refused_registrations
 
@@ -121,29 +121,42 @@ class _StageHook(core.Guard):
         if stage == Stage.V1_ONLY:
             return
         interleave.reach("routing.settling")
-        each, store = self.route.each, legacy_store()
-        for task_id, data, decided in self.route.decided(self.task_id, self.data, value):
+        each, store, records = self.route.each, legacy_store(), Records()
+        decided_here = self.route.decided(self.task_id, self.data, value)
+        views = _views_after_commits(each, stage, decided_here)
+        for task_id, data, decided in decided_here:
             if isinstance(decided, ClaimError):  # a batch commit's refused item
                 if isinstance(decided, Conflict) and stage in LEGACY_DECIDES:
-                    self._refused_item(each, ns, task_id, data, decided)
+                    self._refused_item(each, ns, task_id, data, decided, records)
                 continue
             ask = ask_of(each, self.principal, task_id, ns.name, data, decided)
             if stage == Stage.V1_WRITES:
                 each.write_through(store, ask, decided)
                 continue
-            verdict = _legacy_decision(each, ask)
+            verdict = _legacy_decision(each, ask, records)
             if not verdict.accepted and self.unwind_on_legacy_refusal:
                 raise _Unwind()
-            self.legacy[task_id] = _compared(each, ask, verdict, each.verdict(decided), same_result=True)
+            self.legacy[task_id] = _compared(
+                each, ask, verdict, each.verdict(decided), records, same_result=True, task=views.get(task_id)
+            )
+        records.send()
 
     def _refused_item(
-        self, each: TaskOperation, ns: core.NamespaceHold, task_id: str, data: dict[str, Any], exc: ClaimError
+        self,
+        each: TaskOperation,
+        ns: core.NamespaceHold,
+        task_id: str,
+        data: dict[str, Any],
+        exc: ClaimError,
+        records: Records,
     ) -> None:
         result = _result_to_complete(each, task_id, data)
         if _claim_v1_alone(each, task_id, data, ns.scheduler_epoch, ns.claims_paused, result):
             return
         ask = ask_of(each, self.principal, task_id, ns.name, data, None, result=result[1])
-        self.legacy[task_id] = _compared(each, ask, _legacy_decision(each, ask), refused(exc))
+        self.legacy[task_id] = _compared(
+            each, ask, _legacy_decision(each, ask, records), refused(exc), records
+        )
 
 
 def route(name: str, *, principal: Principal, task_id: str | None = None, data: dict[str, Any]) -> Any:
@@ -205,17 +218,34 @@ def _legacy_stage_of(hook: _StageHook) -> bool:
     return any(stage in LEGACY_DECIDES for stage in hook.stages.values())
 
 
-def _legacy_decision(each: TaskOperation, ask: Ask) -> LegacyVerdict:
+def _views_after_commits(each: TaskOperation, stage: str, decided: list[Any]) -> dict[str, Task]:
+    """Where legacy decides, the tasks claim.v1 committed, read once for every answer's view of them (a claim,
+    renew or release answer carries its task already)."""
+    if not each.commits or stage not in LEGACY_DECIDES:
+        return {}
+    return Task.objects.in_bulk(
+        [task_id for task_id, _, value in decided if not isinstance(value, ClaimError)]
+    )
+
+
+def _legacy_decision(each: TaskOperation, ask: Ask, records: Records) -> LegacyVerdict:
     """Legacy's decision on one task, recorded in its history, inside the caller's transaction (the legacy row
     is the last lock it takes; its clock is read after that lock)."""
     verdict = each.ask(legacy_store(), ask)
     assert verdict.at is not None, "a legacy store reports the clock it decided on"
-    record_legacy(ask.namespace, ask.task_id, each.name, ask.api, ask.owner_id, verdict, verdict.at)
+    record_legacy(ask.namespace, ask.task_id, each.name, ask.api, ask.owner_id, verdict, verdict.at, records)
     return verdict
 
 
 def _compared(
-    each: TaskOperation, ask: Ask, verdict: LegacyVerdict, v1: V1Verdict, *, same_result: bool = False
+    each: TaskOperation,
+    ask: Ask,
+    verdict: LegacyVerdict,
+    v1: V1Verdict,
+    records: Records,
+    *,
+    same_result: bool = False,
+    task: Task | None = None,
 ) -> Routed:
     """The comparison recorded, and the answer as legacy decided it: ``decided_by`` is ``legacy`` when it
     accepted, else its refusal word (raised by the caller once the transaction is over)."""
@@ -228,8 +258,9 @@ def _compared(
         legacy=verdict,
         v1=v1,
         same_result=same_result,
+        records=records,
     )
-    fields = _view(ask.task_id, v1, mismatch.id if mismatch else None)
+    fields = _view(ask.task_id, v1, mismatch.id if mismatch else None, task)
     if verdict.accepted:
         fields = {"outcome": each.accepted, **fields, **_extras(each, v1, verdict)}
     return Routed(LEGACY, v1.value, fields, legacy=verdict)
@@ -248,9 +279,9 @@ def _extras(each: TaskOperation, v1: V1Verdict, verdict: LegacyVerdict) -> dict[
     return {}
 
 
-def _view(task_id: str, v1: V1Verdict, mismatch_id: int | None) -> dict[str, Any]:
+def _view(task_id: str, v1: V1Verdict, mismatch_id: int | None, task: Any = None) -> dict[str, Any]:
     """claim.v1's view of the task after judging in shadow (claim fields null where it refused)."""
-    task = getattr(v1.value, "task", v1.value)
+    task = task or getattr(v1.value, "task", v1.value)
     if not isinstance(task, Task):
         task = Task.objects.get(pk=task_id)
     granted = v1.accepted and v1.word == "CLAIMED"
@@ -322,7 +353,7 @@ def still_routed(ns: Namespace, stage: str) -> bool:
 
 
 def legacy_decides(
-    each: TaskOperation, ask: Ask, target: Target, then: Callable[[LegacyVerdict], T]
+    each: TaskOperation, ask: Ask, target: Target, then: Callable[[LegacyVerdict, Records], T]
 ) -> T | None:
     """Legacy's decision on ``ask`` in a transaction of its own — the one place legacy decides outside a claim.v1
     decision's transaction — when the namespace is still as ``target`` read it (else None: the caller routes
@@ -330,7 +361,10 @@ def legacy_decides(
     with transaction.atomic(durable=True):
         if not still_routed(target.namespace, target.stage):
             return None
-        return then(_legacy_decision(each, ask))
+        records = Records()
+        answer = then(_legacy_decision(each, ask, records), records)
+        records.send()
+        return answer
 
 
 def _result_to_complete(each: TaskOperation, task_id: str, data: dict[str, Any]) -> tuple[bool, Any]:
@@ -388,7 +422,9 @@ def _after_refusal(
     interleave.reach("routing.refused")
     ask = ask_of(each, principal, task_id, ns.name, data, None, result=result[1])
     v1 = refused(exc)
-    decided = legacy_decides(each, ask, target, lambda verdict: _compared(each, ask, verdict, v1))
+    decided = legacy_decides(
+        each, ask, target, lambda verdict, records: _compared(each, ask, verdict, v1, records)
+    )
     if decided is None:  # the namespace moved since claim.v1 refused: the request is routed again
         if reroutes == 0:
             raise InvalidTransition(

@@ -7,6 +7,7 @@ SHADOW → V1_READS gate (``ComparedOperation``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +21,7 @@ from ..legacy import LegacyVerdict, legacy_store
 from ..models import ComparedOperation, ExplainRule, LegacyEvent, Mismatch, MismatchReason, MismatchStatus
 from .operations import V1Verdict, refused
 
-__all__ = ["V1Verdict", "compare", "judged", "mismatch_reason", "record_legacy"]
+__all__ = ["Records", "V1Verdict", "compare", "judged", "mismatch_reason", "record_legacy"]
 
 _STALE_WORDS = {"FENCED", "CANCELLED", "STALE_INPUT"}
 
@@ -42,6 +43,23 @@ def judged(operation: Any, *, accepted_word: str) -> V1Verdict:
     )
 
 
+@dataclass
+class Records:
+    """The rows one routed decision appends — legacy's history and the comparisons — kept until it settles, then
+    sent in one statement per table (``send``), in the decision's transaction. A mismatch is written at once: its
+    id is part of the answer."""
+
+    events: list[LegacyEvent] = field(default_factory=list)
+    compared: list[ComparedOperation] = field(default_factory=list)
+
+    def send(self) -> None:
+        if self.events:
+            LegacyEvent.objects.bulk_create(self.events)
+        if self.compared:
+            ComparedOperation.objects.bulk_create(self.compared)
+        self.events, self.compared = [], []
+
+
 def record_legacy(
     namespace: str,
     task_id: str,
@@ -50,9 +68,11 @@ def record_legacy(
     owner_id: str,
     verdict: LegacyVerdict,
     now: datetime,
+    records: Records | None = None,
 ) -> None:
-    """Append legacy's decision to the task's legacy history, in the decision's transaction."""
-    LegacyEvent.objects.create(
+    """Append legacy's decision to the task's legacy history, in the decision's transaction (with ``records``:
+    when they are sent)."""
+    event = LegacyEvent(
         namespace=namespace,
         task_id=task_id,
         operation=operation,
@@ -62,6 +82,10 @@ def record_legacy(
         accepted=verdict.accepted,
         at=now,
     )
+    if records is not None:
+        records.events.append(event)
+    else:
+        event.save()
 
 
 def _v1_live_other_owner(task_id: str, owner_id: str) -> bool:
@@ -120,6 +144,7 @@ def compare(
     legacy: LegacyVerdict,
     v1: V1Verdict,
     same_result: bool = False,
+    records: Records | None = None,
 ) -> Mismatch | None:
     """Record the comparison (it counts toward the SHADOW → V1_READS gate) and, on disagreement, the mismatch —
     EXPLAINED at once when an explain rule covers its reason. Inside the caller's transaction when it has one
@@ -130,9 +155,13 @@ def compare(
     )
     with transaction.atomic(savepoint=False):
         now = legacy.at or clock.now()
-        ComparedOperation.objects.create(
+        compared = ComparedOperation(
             namespace=namespace, operation=operation, api=api, agreed=reason is None, at=now
         )
+        if records is not None:
+            records.compared.append(compared)
+        else:
+            compared.save()
         if reason is None:
             return None
         rule = ExplainRule.objects.filter(namespace=namespace, reason=reason).order_by("-id").first()
