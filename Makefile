@@ -42,17 +42,18 @@ serve: migrate
 
 # Browser tests need Debian's chromium; scripts/install-browser.sh installs it when it can (root), otherwise those
 # tests are skipped with a message saying so.
-# The whole suite, then the core's tests again without the rollout app (controlplane.settings.test_core): deleting
-# rollout/ and its URL lines leaves a working claim.v1 service.
+# The whole suite, then the core's and the on-call tools' tests again without the rollout app
+# (controlplane.settings.test_core): deleting rollout/ and its URL lines leaves a working claim.v1 service with its
+# on-call tools.
 test: lint
 	-@scripts/install-browser.sh
 	-@scripts/install-node.sh
 	-@scripts/install-topology.sh
 	$(BIN)/pytest
-	$(BIN)/pytest tests/claims --ds=controlplane.settings.test_core -p no:cacheprovider
+	$(BIN)/pytest tests/claims tests/oncall --ds=controlplane.settings.test_core -p no:cacheprovider
 
-# ruff; import-linter's contracts (the core never imports the rollout; layers); mypy with django-stubs and
-# djangorestframework-stubs over claims and rollout.
+# ruff; import-linter's contracts (the core never imports the on-call tools or the rollout, the on-call tools never
+# the rollout; layers; no import circle anywhere); mypy with django-stubs and djangorestframework-stubs.
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -67,9 +67,7 @@ def worker_loop(
             handed += [c["task_id"] for c in claims]
             elapsed = time.perf_counter() - started
             latencies += [elapsed] * len(claims)  # each task's cycle is the batch's
-    queue.put(
-        {"latencies": latencies, "handed": handed, "errors": errors, "cpu": time.process_time() - cpu}
-    )
+    queue.put({"latencies": latencies, "handed": handed, "errors": errors, "cpu": time.process_time() - cpu})
 
 
 def run(url: str, tokens: list[tuple[str, str]], namespace: str, seconds: float, batch: int) -> dict:

@@ -217,7 +217,9 @@ def idle_waiters(url: str, server_pid: int, count: int) -> dict[str, Any]:
     return asyncio.run(main())
 
 
-def batch_bar(url: str, pg_dsn: str, *, port: int, workers: int, seconds: float, tasks: int, repeat: int) -> dict:
+def batch_bar(
+    url: str, pg_dsn: str, *, port: int, workers: int, seconds: float, tasks: int, repeat: int
+) -> dict:
     """Issue 22's bar, in one run: batched HTTP at N=10 and N=100 against PgQueuer at batch 1 and batch 10, the same
     W workers, each measured ``repeat`` times in turn (so a slow minute hits every path alike); the ratios of each
     round, and their spread."""
@@ -249,7 +251,9 @@ def batch_bar(url: str, pg_dsn: str, *, port: int, workers: int, seconds: float,
 
 def _print_bar(bar: dict) -> None:
     rounds = bar["rounds"]
-    print(f"\n| path (W={bar['workers']}) | " + " | ".join(f"round {i + 1}" for i in range(len(rounds))) + " |")
+    print(
+        f"\n| path (W={bar['workers']}) | " + " | ".join(f"round {i + 1}" for i in range(len(rounds))) + " |"
+    )
     print("|---|" + "---:|" * len(rounds))
     for label, key in [
         ("HTTP batched, N=10", "http_batch10"),
@@ -264,7 +268,9 @@ def _print_bar(bar: dict) -> None:
     ]:
         values = [r["ratios"][key] for r in rounds]
         print(
-            f"| {label} | " + " | ".join(f"{v:.2f}" for v in values) + f" |  (min {min(values):.2f}, max {max(values):.2f})"
+            f"| {label} | "
+            + " | ".join(f"{v:.2f}" for v in values)
+            + f" |  (min {min(values):.2f}, max {max(values):.2f})"
         )
     doubles = sum(r[k]["double"] + r[k]["errors"] for r in rounds for k in ("http_batch10", "http_batch100"))
     print(f"| tasks handed twice or refused | {doubles} |")
@@ -280,7 +286,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8111)
     parser.add_argument("--idle", type=int, default=1000, help="idle waiters held by one server process")
     parser.add_argument(
-        "--batch-bar", action="store_true", help="only the batched bar: N=10 and N=100 against PgQueuer, repeated"
+        "--batch-bar",
+        action="store_true",
+        help="only the batched bar: N=10 and N=100 against PgQueuer, repeated",
     )
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
@@ -302,11 +310,22 @@ def main() -> None:
     if args.batch_bar:
         workers = int(args.workers.split(",")[0])
         bar = batch_bar(
-            url, pg_dsn, port=args.port, workers=workers, seconds=args.seconds, tasks=args.tasks, repeat=args.repeat
+            url,
+            pg_dsn,
+            port=args.port,
+            workers=workers,
+            seconds=args.seconds,
+            tasks=args.tasks,
+            repeat=args.repeat,
         )
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         out = ROOT / "bench" / "results" / f"batchbar-{stamp}.json"
-        meta = {"when": stamp, "seconds": args.seconds, "cpus": os.cpu_count(), "python": sys.version.split()[0]}
+        meta = {
+            "when": stamp,
+            "seconds": args.seconds,
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+        }
         out.write_text(json.dumps({"meta": meta, "bar": bar}, indent=2, default=str))
         _print_bar(bar)
         print(f"\nwritten to {out.relative_to(ROOT)}")

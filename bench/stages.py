@@ -59,7 +59,9 @@ def checked(namespace: str, stage: str, handed: list[str]) -> dict[str, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--tasks", type=int, default=20000)
@@ -88,7 +90,9 @@ def main() -> None:
                 for stage in STAGES:
                     namespace = seed_at(stage, path, args.tasks * batch)
                     connections.close_all()
-                    result = http_client.run(url, tokens(namespace, args.workers), namespace, args.seconds, batch)
+                    result = http_client.run(
+                        url, tokens(namespace, args.workers), namespace, args.seconds, batch
+                    )
                     handed = result.pop("handed")
                     row[f"{path}/{stage}"] = {**result, **checked(namespace, stage, handed)}
             for path in PATHS:

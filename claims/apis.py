@@ -563,24 +563,6 @@ class NamespaceDetailApi(_DescribesNamespaces, APIView):
         return Response(self.detail_out({**self.fields(namespace), "drain": self.drain(namespace)}).data)
 
 
-class NamespaceFenceApi(APIView):
-    permission_classes = [IsOncall]
-
-    @extend_schema(
-        operation_id="namespace_fence",
-        request=s.ReasonIn,
-        responses={200: s.FenceOut, **error_responses(400, 401, 403, 404)},
-        description="Stop new claims and bump scheduler_epoch. From then every acceptance point rejects the old "
-        "epoch and every attempt granted under it — even when it re-sends the new epoch.",
-    )
-    def post(self, request: AuthedRequest, ns: str) -> Response:
-        data = parsed(s.ReasonIn, request)
-        namespace = services.epoch_fence(principal=request.user, namespace=ns, **data)
-        return Response(
-            s.FenceOut({"scheduler_epoch": namespace.scheduler_epoch, "claims_paused": True}).data
-        )
-
-
 class NamespaceResumeApi(_DescribesNamespaces, APIView):
     permission_classes = [IsOncall]
 

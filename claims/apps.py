@@ -9,7 +9,10 @@ class ClaimsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import metrics, schema  # noqa: F401  (registers the OpenAPI auth extension)
-        from . import tasks  # noqa: F401  (registers the jobs a service sends by name: services.effects.enqueue)
+        from . import (  # noqa: F401  (registers the OpenAPI auth extension)
+            metrics,
+            schema,
+            tasks,  # noqa: F401  (registers the jobs a service sends by name: services.effects.enqueue)
+        )
 
         metrics.register()

@@ -432,12 +432,6 @@ class ResumedOut(NamespaceOut):
     outcome = serializers.CharField(default="RESUMED")
 
 
-class FenceOut(serializers.Serializer):
-    outcome = serializers.CharField(default="FENCED_EPOCH")
-    scheduler_epoch = serializers.IntegerField()
-    claims_paused = serializers.BooleanField()
-
-
 class InvalidOut(serializers.Serializer):
     outcome = serializers.CharField(default="INVALID")
     # A declared field: DRF's metaclass takes it off the class, so it never shadows Serializer.errors at run time.

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import wraps
 from html import escape
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -87,3 +88,25 @@ def bar_chart(
         f'<text x="{width}" y="{height + 14}" text-anchor="end">{escape(series[-1][0])}</text></svg>'
     )
     return "".join(parts)
+
+
+def chart(
+    *,
+    kind: str,
+    labels: list[str],
+    series: Mapping[str, Sequence[float]],
+    x: str,
+    y: str,
+    stacked: bool = False,
+) -> dict[str, Any]:
+    """What ``templates/_chart.html`` draws (Chart.js) and prints as its text alternative."""
+    return {
+        "type": kind,
+        "labels": labels,
+        "datasets": [{"label": name, "data": data} for name, data in series.items()],
+        "x": x,
+        "y": y,
+        "stacked": stacked,
+        "rows": [[label, *[data[i] for data in series.values()]] for i, label in enumerate(labels)],
+        "columns": list(series),
+    }

@@ -62,7 +62,6 @@ core_urlpatterns = [
     path("resources", effect_apis.ResourceCreateApi.as_view(), name="resources"),
     path("resources/<task_id:key>", effect_apis.ResourceDetailApi.as_view(), name="resource"),
     path("resources/<task_id:key>/check", effect_apis.ResourceCheckApi.as_view(), name="resource-check"),
-    path("namespaces/<ns:ns>/fence", apis.NamespaceFenceApi.as_view(), name="namespace-fence"),
 ]
 
 # The worker operations, the task reads and the namespace reads as the core alone serves them. A wrapping app

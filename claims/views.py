@@ -20,12 +20,6 @@ def _ctx(request: HttpRequest, **extra) -> dict:
 
 
 @role_required("viewer")
-def home(request: HttpRequest) -> HttpResponse:
-    """The core's console starts at the task list (with the rollout installed, its namespace overview)."""
-    return redirect("console:tasks")
-
-
-@role_required("viewer")
 def tasks(request: HttpRequest) -> HttpResponse:
     q, state, ns = request.GET.get("q", "").strip(), request.GET.get("state", ""), request.GET.get("ns", "")
     # Newest first, read backwards along an index (task_created, task_open_created, task_ns_…): a page of 200 costs

@@ -1,5 +1,5 @@
-"""The console's pages that belong to the claim.v1 core: tasks, effects and the audit log. The whole console
-(controlplane/console_urls.py) adds the rollout's pages to these."""
+"""The console without the rollout: the claim.v1 core's pages (tasks, effects, the audit log) and the on-call
+pages. The whole console (controlplane/console_urls.py) adds the rollout's pages to these."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from django.urls import path
 
 from claims import views as claim_views
 from claims.urls import EffectIdConverter, NameConverter, TaskIdConverter  # noqa: F401  (registers converters)
+from oncall.urls import console_pages as oncall_pages
 
 app_name = "console"
 
@@ -19,4 +20,4 @@ core_pages = [
     path("effects/<effect_id:effect_id>/approve", claim_views.effect_approve, name="effect-approve"),
 ]
 
-urlpatterns = [path("", claim_views.home, name="overview"), *core_pages]
+urlpatterns = [*oncall_pages, *core_pages]

@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from claims import urls as core_urls
 from claims.metrics import metrics_view
+from oncall import urls as oncall_urls
 from rollout import urls as rollout_urls
 
 from . import handlers, health
@@ -16,11 +17,12 @@ handler404 = handlers.not_found
 handler500 = handlers.server_error
 handler403 = handlers.forbidden
 
-# The whole control plane: the core's own endpoints, and the rollout wrapping the core — its views serve the
+# The whole control plane: the core's own endpoints, the on-call tools', and the rollout wrapping the core — its views serve the
 # worker operations, task reads and namespace reads (routed by stage), in place of the core's views for those
 # paths, which are not mounted here. Without the rollout: controlplane/urls_core.py.
 api_v1 = (
     core_urls.core_urlpatterns
+    + oncall_urls.api_urlpatterns
     + rollout_urls.worker_urlpatterns
     + rollout_urls.namespace_urlpatterns
     + rollout_urls.rollout_urlpatterns

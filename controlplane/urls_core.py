@@ -1,5 +1,6 @@
-"""The claim.v1 core alone (settings profile ``controlplane.settings.core``): the contract's endpoints, the task
-and effect pages of the console, /metrics. No rollout app, no legacy API."""
+"""The control plane without the rollout (settings profile ``controlplane.settings.core``): the contract's
+endpoints, the on-call tools (fence, audit, overview, pools, glance), the task and effect pages of the console,
+/metrics. No rollout app, no legacy API."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from claims import urls as core_urls
 from claims.metrics import metrics_view
+from oncall import urls as oncall_urls
 
 from . import handlers, health
 
@@ -23,7 +26,7 @@ urlpatterns = [
     path("logout", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
-    path("api/v1/", include("claims.urls")),
+    path("api/v1/", include(core_urls.urlpatterns + oncall_urls.api_urlpatterns)),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),
     path("healthz", health.healthz, name="healthz"),

@@ -16,7 +16,6 @@ for model in (
     models.DrainSnapshot,
     models.CoverageWaiver,
     models.Rollback,
-    models.FenceRequest,
     models.WorkerRegistration,
     models.LegacyEvent,
 ):

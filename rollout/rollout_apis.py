@@ -12,8 +12,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from claims.apis import AuthedRequest, error_responses, paginated, parsed
-from claims.models import AuditEntry
 from claims.permissions import AnyRole, IsOncall, IsOperator, IsWorker
+from oncall.selectors import age_seconds
 
 from . import selectors
 from . import serializers as s
@@ -30,7 +30,7 @@ def _gate(gate: stages.Gate | GateEvaluation) -> dict[str, Any]:
         "figures": gate.figures,
         "why": gate.why,
         "checked_at": checked_at,
-        "age_seconds": selectors.age_seconds(checked_at),
+        "age_seconds": age_seconds(checked_at),
     }
 
 
@@ -227,15 +227,6 @@ class PoolsApi(APIView):
     @extend_schema(operation_id="pools_list", responses={200: s.PoolsOut})
     def get(self, request: AuthedRequest) -> Response:
         return Response(s.PoolsOut({"results": selectors.pools()}).data)
-
-
-class AuditApi(APIView):
-    permission_classes = [IsOperator]
-
-    @extend_schema(operation_id="audit_list", responses={200: s.AuditPage})
-    def get(self, request: AuthedRequest) -> Response:
-        rows = AuditEntry.objects.order_by("-at", "-id")
-        return paginated(self, request, rows, lambda e: s.AuditOut(e).data)
 
 
 class RegisterApi(APIView):

@@ -5,8 +5,6 @@ figure means the same everywhere. Nothing here writes."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,24 +17,21 @@ from claims.errors import NotFound
 from claims.models import (
     AcceptancePoint,
     Attempt,
-    AuditEntry,
-    Effect,
-    EffectState,
     Namespace,
     StagedResult,
     Task,
     TaskEvent,
     TaskState,
 )
+from claims.ui import chart
+from oncall.selectors import drain_counts
 
-from .legacy import legacy_store
 from .models import (
     DEFAULT_PROTOCOL,
     DEFAULT_STAGE,
     ComparedOperation,
     CoverageWaiver,
     DrainSnapshot,
-    FenceRequest,
     GateEvaluation,
     LegacyClaim,
     LegacyEvent,
@@ -98,10 +93,6 @@ def last_gate(namespace: Namespace, stage: str | None = None) -> GateEvaluation 
         .order_by("-at", "-id")
         .first()
     )
-
-
-def age_seconds(at: datetime | None, now: datetime | None = None) -> float | None:
-    return None if at is None else round(((now or clock.now()) - at).total_seconds(), 1)
 
 
 def stage_started_at(namespace: Namespace) -> datetime:
@@ -179,109 +170,9 @@ def mismatch_counts(namespace: Namespace) -> dict[str, int]:
     return {"open": by.get(MismatchStatus.OPEN, 0), "bug": by.get(MismatchStatus.BUG, 0)}
 
 
-@dataclass(frozen=True)
-class Lease:
-    """One live lease: a claim.v1 attempt unexpired and not fenced, or a claim granted through the legacy API
-    unexpired and not completed."""
-
-    namespace: str
-    task_id: str
-    owner_id: str
-    pool: str
-    via: str  # "claim.v1" | "legacy"
-
-
-def live_leases(namespace: Namespace, *, pool: str | None = None, now: datetime | None = None) -> list[Lease]:
-    """The namespace's live leases — of one pool or all. The one definition the drain, its gate and the Pools page
-    count: as many as the live work, whatever the history."""
-    now = now or clock.now()
-    live = Task.objects.filter(
-        namespace=namespace,
-        state=TaskState.CLAIMED,
-        lease_expires_at__gt=now,
-        scheduler_epoch=namespace.scheduler_epoch,  # a fence ended every lease granted before it
-    )
-    attempts = Attempt.objects.filter(attempt_id__in=live.values("attempt_id"))
-    if pool is not None:
-        attempts = attempts.filter(pool=pool)
-    leases = [
-        Lease(namespace.name, task_id, owner, attempt_pool, "claim.v1")
-        for task_id, owner, attempt_pool in attempts.values_list("task_id", "owner_id", "pool")
-    ]
-    # Legacy-API claims, once: not claim.v1's own decisions written through, and not a claim that also lives in
-    # claim.v1 as the same owner's live attempt (imported on entering SHADOW, or mirrored) — counted above.
-    v1_holders = set(live.values_list("task_id", "owner_id"))
-    leases += [
-        Lease(namespace.name, row.task_id, row.owner_id, row.pool, "legacy")
-        for row in legacy_store().live_claims(namespace=namespace.name, now=now, pool=pool)
-        if row.via == "legacy" and (row.task_id, row.owner_id) not in v1_holders
-    ]
-    return leases
-
-
-def drain_counts(
-    namespace: Namespace, *, pool: str | None = None, now: datetime | None = None
-) -> dict[str, int]:
-    """Live leases (``live_leases``), UNKNOWN effects, and staged results of live attempts not yet committed — of
-    one pool or all."""
-    now = now or clock.now()
-    leases = live_leases(namespace, pool=pool, now=now)
-    live_attempts = Attempt.objects.filter(
-        attempt_id__in=Task.objects.filter(
-            namespace=namespace,
-            state=TaskState.CLAIMED,
-            lease_expires_at__gt=now,
-            scheduler_epoch=namespace.scheduler_epoch,
-        ).values("attempt_id")
-    )
-    if pool is not None:
-        live_attempts = live_attempts.filter(pool=pool)
-    unknown = Effect.objects.filter(namespace=namespace, state=EffectState.UNKNOWN)
-    if pool is not None:
-        unknown = unknown.filter(task__attempts__pool=pool).distinct()
-    awaiting = StagedResult.objects.filter(canonical=False, attempt_id__in=live_attempts.values("attempt_id"))
-    return {
-        "active_leases": len(leases),
-        "unknown_effects": unknown.count(),
-        "awaiting_commit": awaiting.count(),
-    }
-
-
 def worker_is_stale(registration: WorkerRegistration, now: datetime) -> bool:
     """No heartbeat within WORKER_STALE_SECONDS: the one staleness the gate, the API and the console use."""
     return registration.last_heartbeat < now - timedelta(seconds=settings.WORKER_STALE_SECONDS)
-
-
-def pools_page(now: datetime | None = None) -> dict[str, Any]:
-    """What the Pools page shows: every registration with the live leases its worker holds in its namespace, and
-    per namespace and pool the live leases held (``live_leases``: the drain's figure, legacy leases included)."""
-    now = now or clock.now()
-    held: dict[tuple[str, str], int] = {}
-    by_pool: dict[tuple[str, str], dict[str, int]] = {}
-    for ns in Namespace.objects.order_by("name"):
-        for lease in live_leases(ns, now=now):
-            held[(lease.namespace, lease.owner_id)] = held.get((lease.namespace, lease.owner_id), 0) + 1
-            counts = by_pool.setdefault((lease.namespace, lease.pool), {"claim.v1": 0, "legacy": 0})
-            counts[lease.via] += 1
-    workers = [
-        {
-            "reg": reg,
-            "held": held.get((reg.namespace, reg.principal), 0),
-            "stale": worker_is_stale(reg, now),
-        }
-        for reg in WorkerRegistration.objects.order_by("namespace", "pool", "principal")
-    ]
-    pools = [
-        {
-            "namespace": ns,
-            "pool": pool or "—",
-            "v1": c["claim.v1"],
-            "legacy": c["legacy"],
-            "total": sum(c.values()),
-        }
-        for (ns, pool), c in sorted(by_pool.items())
-    ]
-    return {"workers": workers, "pools": pools, "taken_at": now, "stale_after": settings.WORKER_STALE_SECONDS}
 
 
 def fresh_v1_workers(namespace: Namespace, now: datetime | None = None) -> int:
@@ -466,91 +357,11 @@ def pools() -> list[dict[str, Any]]:
     return [{"pool": pool, "workers": regs} for pool, regs in by_pool.items()]
 
 
-def fence_history(namespace: str, *, limit: int = 10) -> list[dict[str, Any]]:
-    """The namespace's epoch fences, newest first — from the console, the API, the CLI, a rollback or a job: every
-    one is audited as ``epoch_fence`` — with the console's requests that have not fenced yet, and beside a requested
-    fence its self-check (pending until its job has checked)."""
-    requests = {
-        str(r.fence_id): r
-        for r in FenceRequest.objects.filter(namespace=namespace).order_by("-requested_at")[:limit]
-    }
-    rows: list[dict[str, Any]] = [
-        {
-            "at": r.requested_at,
-            "principal": r.principal,
-            "reason": r.reason,
-            "epoch": None,
-            "hold": "",
-            "request": r,
-            "fenced_attempts": None,
-        }
-        for r in requests.values()
-        if r.scheduler_epoch is None
-    ]
-    fences = AuditEntry.objects.filter(namespace=namespace, action="epoch_fence").order_by("-id")[:limit]
-    for entry in fences:
-        request = (
-            requests.get(entry.target.removeprefix("fence:")) if entry.target.startswith("fence:") else None
-        )
-        rows.append(
-            {
-                "at": entry.at,
-                "principal": entry.principal,
-                "reason": entry.reason,
-                "epoch": entry.detail.get("scheduler_epoch"),
-                "hold": entry.detail.get("hold", ""),
-                "request": request,
-                "fenced_attempts": entry.detail.get("fenced_attempts"),
-            }
-        )
-    rows.sort(key=lambda row: row["at"], reverse=True)
-    return rows[:limit]
-
-
 def snapshot_is_stale(snapshot: DrainSnapshot | None, now: datetime) -> bool:
     """Older than two drain intervals: the drain_check job has not run lately, the figures may be out of date."""
     return snapshot is not None and snapshot.taken_at < now - timedelta(
         seconds=2 * settings.DRAIN_INTERVAL_SECONDS
     )
-
-
-def incident(namespace: Namespace, now: datetime | None = None) -> dict[str, Any]:
-    """What an on-call engineer needs first about a namespace: its stage and epoch; if claims are paused, since when,
-    by whom and why (the fence that paused them); the rollback under way, its step and what its drain waits on; and
-    whether the jobs run — fence requests waiting past FENCE_RESEND_AFTER_SECONDS, or a drain snapshot older than two
-    drain intervals, mean the job queue or beat is not keeping up."""
-    now = now or clock.now()
-    paused_by = None
-    if namespace.claims_paused:
-        paused_by = (
-            AuditEntry.objects.filter(namespace=namespace.name, action="epoch_fence").order_by("-id").first()
-        )
-    rollback = open_rollback(namespace.name)
-    waiting = list(
-        FenceRequest.objects.filter(namespace=namespace.name, finished_at__isnull=True).values_list(
-            "requested_at", flat=True
-        )
-    )
-    oldest_wait = age_seconds(min(waiting), now) if waiting else None
-    snapshot = last_snapshot(namespace.name)
-    snapshot_age = age_seconds(snapshot.taken_at, now) if snapshot else None
-    behind = []
-    if oldest_wait is not None and oldest_wait > settings.FENCE_RESEND_AFTER_SECONDS:
-        behind.append(f"a fence request has waited {oldest_wait:.0f} s for its job")
-    if snapshot is not None and snapshot_is_stale(snapshot, now):
-        behind.append(f"the last drain check ran {snapshot_age:.0f} s ago")
-    return {
-        "stage": stage_of(namespace),
-        "epoch": namespace.scheduler_epoch,
-        "paused": namespace.claims_paused,
-        "hold": namespace.pause_hold,
-        "paused_by": paused_by,
-        "rollback": rollback,
-        "rollback_waits_on": drain_now(namespace) if rollback else None,
-        "fences_waiting": len(waiting),
-        "jobs_behind": behind,
-        "last_drain_check_age": snapshot_age,
-    }
 
 
 def _share(part: int, whole: int) -> str:
@@ -712,48 +523,6 @@ def mismatch_drilldown(mismatch: Mismatch) -> dict[str, Any]:
         "legacy_row": legacy_row,
         "task": task,
     }
-
-
-def chart(
-    *,
-    kind: str,
-    labels: list[str],
-    series: Mapping[str, Sequence[float]],
-    x: str,
-    y: str,
-    stacked: bool = False,
-) -> dict[str, Any]:
-    """What ``templates/_chart.html`` draws (Chart.js) and prints as its text alternative."""
-    return {
-        "type": kind,
-        "labels": labels,
-        "datasets": [{"label": name, "data": data} for name, data in series.items()],
-        "x": x,
-        "y": y,
-        "stacked": stacked,
-        "rows": [[label, *[data[i] for data in series.values()]] for i, label in enumerate(labels)],
-        "columns": list(series),
-    }
-
-
-def activity_per_minute(namespace: Namespace, now: datetime, minutes: int = 60) -> dict[str, Any]:
-    """Claims, commits and commits refused FENCED per minute over the last ``minutes``, in one namespace — from the
-    timeline's acceptance-point rows, read by the (namespace, point, at) index within the window."""
-    since = now - timedelta(minutes=minutes)
-    rows = TaskEvent.objects.filter(
-        namespace_id=namespace.id, point__in=[AcceptancePoint.CLAIM, AcceptancePoint.COMMIT], at__gte=since
-    ).values_list("kind", "point", "at")
-    series = {"claims": [0] * minutes, "commits": [0] * minutes, "fenced commits": [0] * minutes}
-    for kind, point, at in rows:
-        slot = minutes - 1 - min(minutes - 1, int((now - at).total_seconds() // 60))
-        if point == AcceptancePoint.CLAIM and kind in ("claimed", "reclaimed"):
-            series["claims"][slot] += 1
-        elif point == AcceptancePoint.COMMIT and kind == "result_committed":
-            series["commits"][slot] += 1
-        elif point == AcceptancePoint.COMMIT and kind == "fenced":
-            series["fenced commits"][slot] += 1
-    labels = [f"-{minutes - i} min" for i in range(minutes)]
-    return chart(kind="line", labels=labels, series=series, x="minutes ago", y="per minute")
 
 
 def mismatches_per_hour(namespace: str, now: datetime, hours: int = 24) -> dict[str, dict[str, Any]]:

@@ -311,20 +311,6 @@ class PoolsOut(serializers.Serializer):
     results = PoolOut(many=True)
 
 
-class AuditOut(serializers.Serializer):
-    at = serializers.DateTimeField()
-    principal = serializers.CharField()
-    role = serializers.CharField()
-    action = serializers.CharField()
-    namespace = serializers.CharField()
-    target = serializers.CharField()
-    reason = serializers.CharField()
-    detail = serializers.DictField()
-
-
-AuditPage = paginated(AuditOut, "AuditPage")
-
-
 class RegisteredOut(serializers.Serializer):
     outcome = serializers.CharField(default="REGISTERED")
     namespace = serializers.CharField()

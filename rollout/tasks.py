@@ -9,36 +9,13 @@ from celery import shared_task
 from django.db import DatabaseError
 
 from claims.locks import singleton
-from claims.models import Namespace, Principal
+from claims.models import Namespace
 
 from .models import Rollback, Stage
-from .services import fences, jobs, stages
+from .services import jobs, stages
 from .services.retention import rollout_history_prune
 
 _RETRY = {"autoretry_for": (DatabaseError,), "retry_backoff": True, "retry_kwargs": {"max_retries": 5}}
-
-
-@shared_task(name="rollout.fence_epoch", **_RETRY)
-def fence_epoch(namespace: str, reason: str, principal: str, fence_id: str | None = None) -> dict:
-    """Pause, bump, record — then prove it: an old-epoch commit must come back FENCED (EPOCH). With the id of a
-    recorded request (the console's path) a rerun applies nothing twice; without one, a request is recorded
-    first."""
-    if fence_id is None:
-        done = fences.fence_now(
-            principal=Principal.objects.get(name=principal), namespace=namespace, reason=reason
-        )
-    else:
-        done = fences.fence_run(fence_id=fence_id)
-    return done.summary()
-
-
-@shared_task(name="rollout.resend_fences")
-def resend_fences() -> dict:
-    """Periodic: send again the fence requests a dead worker or a lost message left unfinished."""
-    pending = fences.fences_unfinished()
-    for request in pending:
-        fence_epoch.delay(request.namespace, request.reason, request.principal, str(request.fence_id))
-    return {"resent": len(pending)}
 
 
 @shared_task(name="rollout.drain_check", **_RETRY)

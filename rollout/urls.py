@@ -60,7 +60,6 @@ rollout_urlpatterns = [
         name="mismatch-review",
     ),
     path("pools", rollout_apis.PoolsApi.as_view(), name="pools"),
-    path("audit", rollout_apis.AuditApi.as_view(), name="audit"),
     path("workers/register", rollout_apis.RegisterApi.as_view(), name="worker-register"),
     path("workers/heartbeat", rollout_apis.HeartbeatApi.as_view(), name="worker-heartbeat"),
 ]

@@ -1,10 +1,8 @@
-"""The operator console (server-rendered): namespaces, the rollout page, fences, mismatches, pools, metrics.
+"""The rollout's pages of the console (server-rendered): a namespace's rollout page, advance, rollback, waivers and
+mismatches. The on-call pages — overview, fence, resume, pools, glance — are the on-call app's (oncall/views.py).
 Every action checks the role and goes through a service, which writes the audit log with the principal."""
 
 from __future__ import annotations
-
-from collections import Counter
-from datetime import timedelta
 
 from django.contrib import messages
 from django.db.models import Count, Q
@@ -12,18 +10,15 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
-from kombu.exceptions import OperationalError
 
-from claims import clock, services
-from claims import selectors as core_selectors
+from claims import clock
 from claims.errors import ClaimError
 from claims.models import (
-    EventKind,
     Namespace,
-    TaskEvent,
 )
 from claims.services.principals import ui_role
-from claims.ui import acting, bar_chart, report, role_required
+from claims.ui import acting, report, role_required
+from oncall import selectors as oncall_selectors
 
 from . import selectors
 from .models import (
@@ -33,38 +28,14 @@ from .models import (
     MismatchReason,
     MismatchStatus,
     Rollback,
-    Stage,
     StageChange,
 )
-from .services import fences, stages
+from .services import stages
 from .services.reviews import explain_rule_create, mismatch_review
-from .tasks import fence_epoch
 
 
 def _ctx(request: HttpRequest, **extra) -> dict:
     return {"ui_role": ui_role(request.user), **extra}
-
-
-@role_required("viewer")
-def overview(request: HttpRequest) -> HttpResponse:
-    rows = []
-    now = clock.now()
-    open_by_ns = dict(
-        Mismatch.objects.filter(status__in=[MismatchStatus.OPEN, MismatchStatus.BUG])
-        .values_list("namespace")
-        .annotate(n=Count("id"))
-    )
-    for ns in Namespace.objects.select_related("rollout").order_by("name"):
-        drain = selectors.drain_counts(ns, now=now)
-        rows.append(
-            {
-                "ns": ns,
-                "stage": selectors.stage_of(ns),
-                "drain": drain,
-                "mismatches": open_by_ns.get(ns.name, 0),
-            }
-        )
-    return render(request, "rollout/overview.html", _ctx(request, rows=rows))
 
 
 def _linked(checklist: list[dict], ns: str) -> list[dict]:
@@ -103,7 +74,7 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         "steps": steps,
         "gate": gate,
         "stage": stage,
-        "gate_age": selectors.age_seconds(gate.at) if gate else None,
+        "gate_age": oncall_selectors.age_seconds(gate.at) if gate else None,
         "next_stage": selectors.next_stage(stage),
         "earlier": order[:here],
         "coverage": coverage,
@@ -111,9 +82,9 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         "drains": drains,
         "rollback": Rollback.objects.filter(namespace=ns.name).order_by("-started_at").first(),
         "open_rollback": selectors.open_rollback(ns.name),
-        "incident": selectors.incident(ns, now),
+        "incident": oncall_selectors.incident(ns, now),
         "checklist": _linked(selectors.gate_checklist(ns, gate, coverage), ns.name),
-        "fences": selectors.fence_history(ns.name),
+        "fences": oncall_selectors.fence_history(ns.name),
         "changes": StageChange.objects.filter(namespace=ns.name).order_by("-at")[:10],
         "last_gates": [
             GateEvaluation.objects.filter(namespace=ns.name, move=f"{a} → {b}").order_by("-at").first()
@@ -178,50 +149,6 @@ def rollback(request: HttpRequest, ns: str) -> HttpResponse:
     return redirect("console:rollout", ns=ns)
 
 
-@role_required("oncall")
-def fence(request: HttpRequest, ns: str) -> HttpResponse:
-    """GET: the fence form on a page of its own, under the incident header (one step from the overview and from
-    every namespace page). POST: reason required and the namespace's name typed to confirm — a mistake answers the
-    form again with the error beside its field and what was typed kept — then the fence job (with its self-check)."""
-    namespace = get_object_or_404(Namespace, name=ns)
-    typed = {
-        "reason": request.POST.get("reason", "").strip(),
-        "confirm": request.POST.get("confirm", "").strip(),
-    }
-    errors: dict[str, str] = {}
-    if request.method == "POST":
-        if not typed["reason"]:
-            errors["reason"] = "A fence needs a reason: it goes to the audit log."
-        if typed["confirm"] != ns:
-            errors["confirm"] = f"Type the namespace's name, {ns}, exactly."
-        if not errors:
-            return _fence_requested(request, ns, typed["reason"])
-    context = _ctx(request, ns=namespace, incident=selectors.incident(namespace), typed=typed, errors=errors)
-    return render(request, "rollout/fence.html", context, status=400 if errors else 200)
-
-
-def _fence_requested(request: HttpRequest, ns: str, reason: str) -> HttpResponse:
-    try:
-        requested = fences.fence_request(principal=acting(request), namespace=ns, reason=reason)
-    except ClaimError as exc:
-        report(request, exc)
-        return redirect("console:rollout", ns=ns)
-    try:
-        fence_epoch.delay(ns, reason, requested.principal, str(requested.fence_id))
-        messages.success(
-            request,
-            "Fence requested. The new epoch and the self-check appear under Fences when its job finishes.",
-        )
-    except OperationalError:
-        # The broker is down: the request is kept, and resend_fences sends it when the queue is back.
-        messages.warning(
-            request,
-            "Fence recorded, but the job queue is unreachable: it runs when the queue is back. To fence now, "
-            f"run `python manage.py fence {ns} --reason … --as <oncall>` on a server.",
-        )
-    return redirect("console:rollout", ns=ns)
-
-
 @require_POST
 @role_required("operator")
 def waive(request: HttpRequest, ns: str) -> HttpResponse:
@@ -237,21 +164,6 @@ def waive(request: HttpRequest, ns: str) -> HttpResponse:
             messages.success(request, f"{point} waived for this stage: {reason}")
         except ClaimError as exc:
             report(request, exc)
-    return redirect("console:rollout", ns=ns)
-
-
-@require_POST
-@role_required("oncall")
-def resume(request: HttpRequest, ns: str) -> HttpResponse:
-    reason = request.POST.get("reason", "").strip()
-    if not reason:
-        messages.error(request, "A resume needs a reason (it is audited).")
-        return redirect("console:rollout", ns=ns)
-    try:
-        services.namespace_resume(principal=acting(request), namespace=ns, reason=reason)
-        messages.success(request, "Claims resumed.")
-    except ClaimError as exc:
-        report(request, exc)
     return redirect("console:rollout", ns=ns)
 
 
@@ -282,7 +194,7 @@ def mismatches(request: HttpRequest, ns: str) -> HttpResponse:
         _ctx(
             request,
             ns=namespace,
-            incident=selectors.incident(namespace),
+            incident=oncall_selectors.incident(namespace),
             rows=rows.order_by("-at")[:200],
             grouped=grouped,
             reason=reason,
@@ -353,51 +265,3 @@ def mismatches_review(request: HttpRequest, ns: str) -> HttpResponse:
             request, f"{done} mismatch{'es' if done != 1 else ''} marked {request.POST.get('status')}."
         )
     return redirect("console:mismatches", ns=ns)
-
-
-@role_required("viewer")
-def pools(request: HttpRequest) -> HttpResponse:
-    return render(request, "rollout/pools.html", _ctx(request, **selectors.pools_page()))
-
-
-@role_required("viewer")
-def glance(request: HttpRequest) -> HttpResponse:
-    """Claim rate, fenced commits, reclaim latency and ready→commit p95 over the last hour, from the timeline."""
-    now = clock.now()
-    since = now - timedelta(hours=1)
-    events = TaskEvent.objects.filter(at__gte=since)
-
-    def per_minute(kinds=None, **filters):
-        rows = events.filter(**filters)
-        if kinds:
-            rows = rows.filter(kind__in=kinds)
-        counts = Counter(int((now - at).total_seconds() // 60) for at in rows.values_list("at", flat=True))
-        return [(f"{m} min ago", counts.get(m, 0)) for m in range(59, -1, -1)]
-
-    claims_series = per_minute([EventKind.CLAIMED, EventKind.RECLAIMED])
-    fenced_commits = per_minute(kind=EventKind.FENCED, point="commit")
-    reclaims = core_selectors.reclaim_latencies(since=since)
-    commits = sorted(core_selectors.ready_to_commit_seconds(since=since))
-    p95 = commits[int(0.95 * (len(commits) - 1))] if commits else None
-    return render(
-        request,
-        "rollout/glance.html",
-        _ctx(
-            request,
-            claims_chart=bar_chart(claims_series, unit=" claims"),
-            claims_total=sum(v for _, v in claims_series),
-            fenced_chart=bar_chart(fenced_commits, unit=" fenced commits"),
-            fenced_total=sum(v for _, v in fenced_commits),
-            reclaim_chart=bar_chart(
-                [(f"reclaim {i + 1}", v) for i, v in enumerate(reclaims[-60:])], unit=" s"
-            ),
-            reclaim_max=max(reclaims) if reclaims else None,
-            ready_p95=p95,
-            commits=len(commits),
-            unknown=core_selectors.unknown_effects_count(),
-            stage_order=Stage.values,
-            activity=[
-                (ns.name, selectors.activity_per_minute(ns, now)) for ns in Namespace.objects.order_by("name")
-            ],
-        ),
-    )

@@ -124,7 +124,9 @@ def _update_arrays_sql(
     names = [f"s{i}" for i in range(len(attnames))] + [f"k{i}" for i in range(len(keys))]
     arrays = ", ".join(f"%s::{_array_type(model, name)}" for name in [*attnames, *keys])
     table = model._meta.db_table
-    assignments = ", ".join(f"{_column(model, name, 'postgresql')} = v.s{i}" for i, name in enumerate(attnames))
+    assignments = ", ".join(
+        f"{_column(model, name, 'postgresql')} = v.s{i}" for i, name in enumerate(attnames)
+    )
     matches = [f"{table}.{_column(model, name, 'postgresql')} = v.k{i}" for i, name in enumerate(keys)]
     matches += [f"{table}.{_column(model, name, 'postgresql')} IS NULL" for name, is_null in where if is_null]
     return (
@@ -204,7 +206,8 @@ def upsert(
 def _upsert_tail(model: type[models.Model], conflict: tuple[str, ...], update: tuple[str, ...]) -> str:
     target = ", ".join(_column(model, name, "postgresql") for name in conflict)
     assignments = ", ".join(
-        f"{_column(model, name, 'postgresql')} = EXCLUDED.{_column(model, name, 'postgresql')}" for name in update
+        f"{_column(model, name, 'postgresql')} = EXCLUDED.{_column(model, name, 'postgresql')}"
+        for name in update
     )
     return f" ON CONFLICT ({target}) DO UPDATE SET {assignments} RETURNING *"
 
@@ -278,7 +281,9 @@ def update_statement(model: type[models.Model], where: dict[str, Any], **values:
     condition, where_params = _where(model, where, db)
     sql = _update_sql(model, tuple(values), condition, db.vendor)
     shape = ("update", model, tuple(values), tuple((name, value is None) for name, value in where.items()))
-    return Statement(sql, [prep(model, name, value, db) for name, value in values.items()] + where_params, shape)
+    return Statement(
+        sql, [prep(model, name, value, db) for name, value in values.items()] + where_params, shape
+    )
 
 
 def update(model: type[models.Model], where: dict[str, Any], **values: Any) -> int:

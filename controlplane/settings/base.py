@@ -78,6 +78,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_prometheus",
     "claims",
+    "oncall",
     "rollout",
 ]
 

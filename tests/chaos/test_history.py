@@ -44,9 +44,11 @@ from claims.models import (
     TaskEvent,
 )
 from claims.tasks import redeliver_dispatches
-from rollout.models import DrainSnapshot, FenceRequest, Rollback
-from rollout.services import fences
-from rollout.tasks import advance_rollback, fence_epoch, resend_fences
+from oncall import services as fences
+from oncall.models import FenceRequest
+from oncall.tasks import fence_epoch, resend_fences
+from rollout.models import DrainSnapshot, Rollback
+from rollout.tasks import advance_rollback
 from tests.support.actors import ensure_default_namespace, make_actor
 from tests.support.processes import FAST_RESEND_ENV, restart_postgres, running_server, wait_for
 from tests.support.races import pg_deadlocks, row_locked

@@ -19,9 +19,11 @@ from django.db import connection
 
 from claims.models import AuditEntry, DispatchIntent, Effect, Namespace, Principal
 from claims.tasks import deliver_dispatch, redeliver_dispatches
-from rollout.models import FenceRequest, Rollback, StageChange
-from rollout.services import fences
-from rollout.tasks import advance_rollback, fence_epoch, resend_fences
+from oncall import services as fences
+from oncall.models import FenceRequest
+from oncall.tasks import fence_epoch, resend_fences
+from rollout.models import Rollback, StageChange
+from rollout.tasks import advance_rollback
 from tests.support.actors import make_actor
 from tests.support.processes import FAST_RESEND_ENV, wait_for
 from tests.support.races import row_locked, wait_for_lock_waiters

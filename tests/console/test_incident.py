@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from claims.models import Namespace, Principal
-from rollout.services import fences
+from oncall import services as fences
 from tests.console.test_pages import login
 
 

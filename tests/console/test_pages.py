@@ -117,8 +117,8 @@ def test_the_admin_shows_append_only_records_read_only(ready_task, operator):
 def test_a_fence_asked_while_the_job_queue_is_down_is_kept_and_says_so(ui_oncall, ready_task, monkeypatch):
     from kombu.exceptions import OperationalError
 
-    from rollout import views
-    from rollout.models import FenceRequest
+    from oncall import views
+    from oncall.models import FenceRequest
 
     def queue_down(*args, **kwargs):
         raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")

@@ -1,6 +1,6 @@
 """The Pools page's numbers (issue 14 item 8): live leases per worker in its own namespace and per namespace and
 pool — fenced attempts not counted, legacy-API leases counted — the staleness WORKER_STALE_SECONDS sets, and the same
-figure the drain reports (one selector, ``rollout.selectors.live_leases``)."""
+figure the drain reports (one selector, ``oncall.selectors.live_leases``)."""
 
 from __future__ import annotations
 

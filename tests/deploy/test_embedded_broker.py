@@ -52,8 +52,8 @@ def _request_fence(env: dict[str, str], reason: str) -> None:
         env,
         "shell",
         "-c",
-        "from claims.models import Principal; from rollout.services.fences import fence_request; "
-        "from rollout.tasks import fence_epoch; "
+        "from claims.models import Principal; from oncall.services import fence_request; "
+        "from oncall.tasks import fence_epoch; "
         f"r = fence_request(principal=Principal.objects.get(name='oc'), namespace='default', reason='{reason}'); "
         f"fence_epoch.delay('default', '{reason}', 'oc', str(r.pk))",
     )

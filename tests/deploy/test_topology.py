@@ -29,9 +29,9 @@ import pytest
 from claims.models import AuditEntry, DispatchIntent, Namespace, Principal
 from claims.tasks import redeliver_dispatches
 from deploy.topology import AppServer, HAProxy, PgBouncer, Process, celery
-from rollout.models import FenceRequest
-from rollout.services import fences
-from rollout.tasks import fence_epoch
+from oncall import services as fences
+from oncall.models import FenceRequest
+from oncall.tasks import fence_epoch
 from tests.chaos.test_history import check_effects, check_invariants, create_tasks, spawn_workers
 from tests.support.actors import ensure_default_namespace, make_actor
 from tests.support.processes import (

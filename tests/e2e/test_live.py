@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from claims.models import Principal
-from rollout.services import fences
+from oncall import services as fences
 from tests.e2e.test_console import log_in, ui_user
 from tests.support.actors import ensure_default_namespace, make_actor
 

@@ -7,15 +7,17 @@ import pytest
 from claims.errors import Forbidden, NotFound
 from claims.models import AuditEntry, Namespace, Principal, TaskEvent
 from claims.tasks import reap_expired_leases
+from oncall import services as fences
+from oncall import tasks as oncall_jobs
+from oncall.models import FenceRequest
 from rollout import tasks as jobs
-from rollout.models import DrainSnapshot, FenceRequest, LegacyClaim, Mismatch
-from rollout.services import fences
+from rollout.models import DrainSnapshot, LegacyClaim, Mismatch
 from tests.support.actors import make_actor
 from tests.support.processes import wait_for
 
 
 def test_fence_epoch_fences_and_proves_an_old_epoch_commit_is_refused(operator, oncall, ready_task):
-    result = jobs.fence_epoch.delay("default", "drill", oncall.name).get()
+    result = oncall_jobs.fence_epoch.delay("default", "drill", oncall.name).get()
 
     assert result["scheduler_epoch"] == 2
     assert result["self_check"] == {"ok": True, "detail": "old-epoch commit refused: FENCED (EPOCH)"}
@@ -30,12 +32,12 @@ def test_a_fence_request_left_unfinished_is_sent_again_and_fences_once(oncall, r
         principal=Principal.objects.get(name=oncall.name), namespace="default", reason="x"
     )
     # Its job never ran (a lost message, a dead worker): nothing happens before the resend window.
-    assert jobs.resend_fences.delay().get() == {"resent": 0}
+    assert oncall_jobs.resend_fences.delay().get() == {"resent": 0}
     db_clock.travel(31)
 
-    assert jobs.resend_fences.delay().get() == {"resent": 1}
-    assert jobs.resend_fences.delay().get() == {"resent": 0}
-    jobs.fence_epoch.delay("default", "x", oncall.name, str(request.pk)).get()  # a duplicate message
+    assert oncall_jobs.resend_fences.delay().get() == {"resent": 1}
+    assert oncall_jobs.resend_fences.delay().get() == {"resent": 0}
+    oncall_jobs.fence_epoch.delay("default", "x", oncall.name, str(request.pk)).get()  # a duplicate message
 
     done = FenceRequest.objects.get()
     assert (done.status, done.scheduler_epoch, done.runs) == ("CHECKED", 2, 1)
@@ -95,7 +97,7 @@ def test_the_jobs_run_in_a_real_worker_process(celery_worker_process, db_clock):
     oncall = make_actor("oscar-oncall", "oncall")
     task_id = operator.create(node_id="n").json()["task_id"]
 
-    jobs.fence_epoch.delay("default", "from a worker", oncall.name)
+    oncall_jobs.fence_epoch.delay("default", "from a worker", oncall.name)
 
     assert wait_for(lambda: AuditEntry.objects.filter(action="fence_self_check").exists())
     assert AuditEntry.objects.get(action="fence_self_check").detail["ok"] is True

@@ -139,7 +139,7 @@ def test_an_advance_while_a_rollback_is_open_is_refused_with_its_own_word(operat
 
 
 def test_a27_resume_while_a_rollback_is_open_is_refused_whoever_asks_until_it_ends(operator):
-    from rollout.services.fences import fence_now
+    from oncall.services import fence_now
 
     oncall = make_actor("oncall-rb", "oncall")
     namespace = _ns(operator, "holding", "V1_READS")
@@ -183,7 +183,7 @@ def test_a27_resume_while_a_rollback_is_open_is_refused_whoever_asks_until_it_en
 @pytest.mark.postgres
 def test_a26_concurrent_fences_and_resumes_finish_without_deadlock_each_fence_applied_once(operator):
     from claims.models import Principal
-    from rollout.services.fences import fence_now
+    from oncall.services import fence_now
 
     oncall = make_actor("oncall-many", "oncall")
     _ns(operator, "incident", "V1_ONLY")
@@ -249,8 +249,8 @@ def test_entering_shadow_while_claims_are_paused_is_refused_and_says_why(operato
 
 def test_the_fence_self_check_is_never_counted_as_traffic(operator):
     from claims.models import Principal, TaskEvent
+    from oncall.services import fence_now
     from rollout import selectors
-    from rollout.services.fences import fence_now
 
     make_actor("oncall-probe", "oncall")
     namespace = _ns(operator, "probed", "V1_ONLY")

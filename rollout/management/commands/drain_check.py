@@ -5,9 +5,8 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 
 from claims.errors import ClaimError
+from oncall.management.commands._common import fail, show
 from rollout.services.stages import drain_snapshot
-
-from ._common import fail, show
 
 
 class Command(BaseCommand):

@@ -6,11 +6,10 @@ from django.core.management.base import BaseCommand, CommandError
 
 from claims.errors import ClaimError
 from claims.models import Namespace
+from oncall.management.commands._common import fail, principal, show
 from rollout import selectors
 from rollout.models import Rollback
 from rollout.services import stages
-
-from ._common import fail, principal, show
 
 
 class Command(BaseCommand):

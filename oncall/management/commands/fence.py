@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from claims.errors import ClaimError
 from claims.models import Role
-from rollout.services.fences import fence_now
+from oncall.services import fence_now
 
 from ._common import fail, principal, show
 

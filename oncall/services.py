@@ -1,4 +1,5 @@
-"""On-call's epoch fences as durable requests: recorded first, then run by the ``fence_epoch`` job, and sent again
+"""On-call's epoch fences as durable requests — the one way the API, the console and the CLI fence: recorded first,
+then run (at once by the API and the CLI, by the ``fence_epoch`` job from the console), and sent again
 (``resend_fences``) while unfinished — so a job worker killed before, during or after the fence neither loses the
 fence nor applies it twice.
 
@@ -24,7 +25,7 @@ from claims.locks import singleton
 from claims.models import Namespace, Principal, Role, Task, TaskState
 from claims.services import audit
 
-from ..models import FenceRequest
+from .models import FenceRequest
 
 
 def fence_request(*, principal: Principal, namespace: str, reason: str) -> FenceRequest:
@@ -83,7 +84,7 @@ def fence_run(*, fence_id: uuid.UUID | str) -> FenceRequest:
 
 
 def fence_now(*, principal: Principal, namespace: str, reason: str) -> FenceRequest:
-    """Request and run at once (the ``fence`` command, and ``fence_epoch`` called without a request)."""
+    """Request and run at once (the API, the ``fence`` command, and ``fence_epoch`` called without a request)."""
     return fence_run(fence_id=fence_request(principal=principal, namespace=namespace, reason=reason).pk)
 
 

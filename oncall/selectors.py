@@ -1,0 +1,231 @@
+"""The on-call tools' reads: live leases and the drain figures, the incident header, fence history, the pools page
+and the namespace overview. Nothing here writes. What an app wrapping the core adds (the rollout's stage, its
+legacy leases, its worker registrations) comes through ``oncall.extensions``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+
+from claims import clock
+from claims.models import (
+    AcceptancePoint,
+    Attempt,
+    AuditEntry,
+    Effect,
+    EffectState,
+    Namespace,
+    Principal,
+    Role,
+    StagedResult,
+    Task,
+    TaskEvent,
+    TaskState,
+)
+from claims.ui import chart
+
+from . import extensions
+from .models import FenceRequest
+
+
+def age_seconds(at: datetime | None, now: datetime | None = None) -> float | None:
+    return None if at is None else round(((now or clock.now()) - at).total_seconds(), 1)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One live lease: a claim.v1 attempt unexpired and not fenced, or one an app holds outside claim.v1 (the
+    rollout's legacy-API claims, ``extensions.extra_leases``)."""
+
+    namespace: str
+    task_id: str
+    owner_id: str
+    pool: str
+    via: str  # "claim.v1" | "legacy"
+
+
+def _live_tasks(namespace: Namespace, now: datetime) -> Any:
+    return Task.objects.filter(
+        namespace=namespace,
+        state=TaskState.CLAIMED,
+        lease_expires_at__gt=now,
+        scheduler_epoch=namespace.scheduler_epoch,  # a fence ended every lease granted before it
+    )
+
+
+def live_leases(namespace: Namespace, *, pool: str | None = None, now: datetime | None = None) -> list[Lease]:
+    """The namespace's live leases — of one pool or all. The one definition the drain, its gate and the Pools page
+    count: as many as the live work, whatever the history."""
+    now = now or clock.now()
+    attempts = Attempt.objects.filter(attempt_id__in=_live_tasks(namespace, now).values("attempt_id"))
+    if pool is not None:
+        attempts = attempts.filter(pool=pool)
+    leases = [
+        Lease(namespace.name, task_id, owner, attempt_pool, "claim.v1")
+        for task_id, owner, attempt_pool in attempts.values_list("task_id", "owner_id", "pool")
+    ]
+    return leases + extensions.leases_of(namespace, now, pool)
+
+
+def drain_counts(
+    namespace: Namespace, *, pool: str | None = None, now: datetime | None = None
+) -> dict[str, int]:
+    """Live leases (``live_leases``), UNKNOWN effects, and staged results of live attempts not yet committed — of
+    one pool or all."""
+    now = now or clock.now()
+    leases = live_leases(namespace, pool=pool, now=now)
+    live_attempts = Attempt.objects.filter(attempt_id__in=_live_tasks(namespace, now).values("attempt_id"))
+    if pool is not None:
+        live_attempts = live_attempts.filter(pool=pool)
+    unknown = Effect.objects.filter(namespace=namespace, state=EffectState.UNKNOWN)
+    if pool is not None:
+        unknown = unknown.filter(task__attempts__pool=pool).distinct()
+    awaiting = StagedResult.objects.filter(canonical=False, attempt_id__in=live_attempts.values("attempt_id"))
+    return {
+        "active_leases": len(leases),
+        "unknown_effects": unknown.count(),
+        "awaiting_commit": awaiting.count(),
+    }
+
+
+def fence_history(namespace: str, *, limit: int = 10) -> list[dict[str, Any]]:
+    """The namespace's epoch fences, newest first — from the console, the API, the CLI, a rollback or a job: every
+    one is audited as ``epoch_fence`` — with the requests that have not fenced yet, and beside a requested fence
+    its self-check (pending until its job has checked)."""
+    requests = {
+        str(r.fence_id): r
+        for r in FenceRequest.objects.filter(namespace=namespace).order_by("-requested_at")[:limit]
+    }
+    rows: list[dict[str, Any]] = [
+        {
+            "at": r.requested_at,
+            "principal": r.principal,
+            "reason": r.reason,
+            "epoch": None,
+            "hold": "",
+            "request": r,
+            "fenced_attempts": None,
+        }
+        for r in requests.values()
+        if r.scheduler_epoch is None
+    ]
+    fences = AuditEntry.objects.filter(namespace=namespace, action="epoch_fence").order_by("-id")[:limit]
+    for entry in fences:
+        request = (
+            requests.get(entry.target.removeprefix("fence:")) if entry.target.startswith("fence:") else None
+        )
+        rows.append(
+            {
+                "at": entry.at,
+                "principal": entry.principal,
+                "reason": entry.reason,
+                "epoch": entry.detail.get("scheduler_epoch"),
+                "hold": entry.detail.get("hold", ""),
+                "request": request,
+                "fenced_attempts": entry.detail.get("fenced_attempts"),
+            }
+        )
+    rows.sort(key=lambda row: row["at"], reverse=True)
+    return rows[:limit]
+
+
+def incident(namespace: Namespace, now: datetime | None = None) -> dict[str, Any]:
+    """What an on-call engineer needs first about a namespace: its epoch; if claims are paused, since when, by whom
+    and why (the fence that paused them); whether the jobs run — fence requests waiting past
+    FENCE_RESEND_AFTER_SECONDS mean the job queue or beat is not keeping up — and what the installed apps add
+    (the rollout: the stage, a rollback under way and what its drain waits on, a stale drain check)."""
+    now = now or clock.now()
+    paused_by = None
+    if namespace.claims_paused:
+        paused_by = (
+            AuditEntry.objects.filter(namespace=namespace.name, action="epoch_fence").order_by("-id").first()
+        )
+    waiting = list(
+        FenceRequest.objects.filter(namespace=namespace.name, finished_at__isnull=True).values_list(
+            "requested_at", flat=True
+        )
+    )
+    oldest_wait = age_seconds(min(waiting), now) if waiting else None
+    facts = extensions.facts_of(namespace, now)
+    behind = []
+    if oldest_wait is not None and oldest_wait > settings.FENCE_RESEND_AFTER_SECONDS:
+        behind.append(f"a fence request has waited {oldest_wait:.0f} s for its job")
+    return {
+        "stage": None,
+        "rollback": None,
+        "rollback_waits_on": None,
+        "last_drain_check_age": None,
+        **facts,
+        "epoch": namespace.scheduler_epoch,
+        "paused": namespace.claims_paused,
+        "hold": namespace.pause_hold,
+        "paused_by": paused_by,
+        "fences_waiting": len(waiting),
+        "jobs_behind": behind + facts["jobs_behind"],
+    }
+
+
+def overview(now: datetime | None = None) -> list[dict[str, Any]]:
+    """Every namespace with its epoch, pause, drain figures, and what the installed apps add (stage, mismatches)."""
+    now = now or clock.now()
+    return [
+        {"ns": ns, "drain": drain_counts(ns, now=now), **extensions.facts_of(ns, now)}
+        for ns in Namespace.objects.order_by("name")
+    ]
+
+
+def pools_page(now: datetime | None = None) -> dict[str, Any]:
+    """What the Pools page shows: per namespace and pool the live leases held (``live_leases``: the drain's
+    figure), and the workers — the installed apps' rows (the rollout's registrations), else every worker
+    principal — each with the live leases it holds."""
+    now = now or clock.now()
+    held: dict[tuple[str, str], int] = {}
+    by_pool: dict[tuple[str, str], dict[str, int]] = {}
+    for ns in Namespace.objects.order_by("name"):
+        for lease in live_leases(ns, now=now):
+            held[(lease.namespace, lease.owner_id)] = held.get((lease.namespace, lease.owner_id), 0) + 1
+            counts = by_pool.setdefault((lease.namespace, lease.pool), {"claim.v1": 0, "legacy": 0})
+            counts[lease.via] += 1
+    workers = extensions.workers_of(now, held)
+    if workers is None:
+        by_owner: dict[str, int] = {}
+        for (_, owner), count in held.items():
+            by_owner[owner] = by_owner.get(owner, 0) + count
+        workers = [
+            {"principal": p.name, "pool": p.pool, "held": by_owner.get(p.owner_id, 0)}
+            for p in Principal.objects.filter(role=Role.WORKER).order_by("pool", "name")
+        ]
+    pools = [
+        {
+            "namespace": ns,
+            "pool": pool or "—",
+            "v1": c["claim.v1"],
+            "legacy": c["legacy"],
+            "total": sum(c.values()),
+        }
+        for (ns, pool), c in sorted(by_pool.items())
+    ]
+    return {"workers": workers, "pools": pools, "taken_at": now, "stale_after": settings.WORKER_STALE_SECONDS}
+
+
+def activity_per_minute(namespace: Namespace, now: datetime, minutes: int = 60) -> dict[str, Any]:
+    """Claims, commits and commits refused FENCED per minute over the last ``minutes``, in one namespace — from the
+    timeline's acceptance-point rows, read by the (namespace, point, at) index within the window."""
+    since = now - timedelta(minutes=minutes)
+    rows = TaskEvent.objects.filter(
+        namespace_id=namespace.id, point__in=[AcceptancePoint.CLAIM, AcceptancePoint.COMMIT], at__gte=since
+    ).values_list("kind", "point", "at")
+    series = {"claims": [0] * minutes, "commits": [0] * minutes, "fenced commits": [0] * minutes}
+    for kind, point, at in rows:
+        slot = minutes - 1 - min(minutes - 1, int((now - at).total_seconds() // 60))
+        if point == AcceptancePoint.CLAIM and kind in ("claimed", "reclaimed"):
+            series["claims"][slot] += 1
+        elif point == AcceptancePoint.COMMIT and kind == "result_committed":
+            series["commits"][slot] += 1
+        elif point == AcceptancePoint.COMMIT and kind == "fenced":
+            series["fenced commits"][slot] += 1
+    labels = [f"-{minutes - i} min" for i in range(minutes)]
+    return chart(kind="line", labels=labels, series=series, x="minutes ago", y="per minute")

@@ -1,0 +1,73 @@
+"""What the rollout adds to the on-call tools (``oncall.extensions``), registered when the app is ready: a
+namespace's stage, rollback and mismatches on the overview and the incident header, the legacy API's live
+claims in the drain figures and on the pools page, and the worker registrations as the pools page's rows."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.urls import reverse
+
+from claims.models import Namespace, Task, TaskState
+from oncall import extensions
+from oncall.selectors import Lease, age_seconds
+
+from . import selectors
+from .legacy import legacy_store
+from .models import Mismatch, MismatchStatus, WorkerRegistration
+
+
+@extensions.namespace_facts
+def rollout_facts(namespace: Namespace, now: datetime) -> dict[str, Any]:
+    rollback = selectors.open_rollback(namespace.name)
+    snapshot = selectors.last_snapshot(namespace.name)
+    snapshot_age = age_seconds(snapshot.taken_at, now) if snapshot else None
+    behind = []
+    if snapshot is not None and selectors.snapshot_is_stale(snapshot, now):
+        behind.append(f"the last drain check ran {snapshot_age:.0f} s ago")
+    return {
+        "stage": selectors.stage_of(namespace),
+        "rollback": rollback,
+        "rollback_waits_on": selectors.drain_now(namespace) if rollback else None,
+        "last_drain_check_age": snapshot_age,
+        "jobs_behind": behind,
+        "mismatches": Mismatch.objects.filter(
+            namespace=namespace.name, status__in=[MismatchStatus.OPEN, MismatchStatus.BUG]
+        ).count(),
+        "links": [
+            {"label": "rollout", "href": reverse("console:rollout", args=[namespace.name])},
+            {"label": "mismatches", "href": reverse("console:mismatches", args=[namespace.name])},
+        ],
+    }
+
+
+@extensions.extra_leases
+def legacy_leases(namespace: Namespace, now: datetime, pool: str | None) -> list[Lease]:
+    """Legacy-API claims, once: not claim.v1's own decisions written through, and not a claim that also lives in
+    claim.v1 as the same owner's live attempt (imported on entering SHADOW, or mirrored) — counted there."""
+    v1_holders = set(
+        Task.objects.filter(
+            namespace=namespace,
+            state=TaskState.CLAIMED,
+            lease_expires_at__gt=now,
+            scheduler_epoch=namespace.scheduler_epoch,
+        ).values_list("task_id", "owner_id")
+    )
+    return [
+        Lease(namespace.name, row.task_id, row.owner_id, row.pool, "legacy")
+        for row in legacy_store().live_claims(namespace=namespace.name, now=now, pool=pool)
+        if row.via == "legacy" and (row.task_id, row.owner_id) not in v1_holders
+    ]
+
+
+@extensions.worker_rows
+def registrations(now: datetime, held: dict[tuple[str, str], int]) -> list[dict[str, Any]]:
+    return [
+        {
+            "reg": reg,
+            "held": held.get((reg.namespace, reg.principal), 0),
+            "stale": selectors.worker_is_stale(reg, now),
+        }
+        for reg in WorkerRegistration.objects.order_by("namespace", "pool", "principal")
+    ]
