@@ -6,16 +6,11 @@ from claims.serializers import paginated
 
 
 class FenceOut(serializers.Serializer):
+    """The contract's answer, exactly (claim-v1.md); the request and its self-check are in the headers."""
+
     outcome = serializers.CharField(default="FENCED_EPOCH")
     scheduler_epoch = serializers.IntegerField()
     claims_paused = serializers.BooleanField()
-    fence_id = serializers.UUIDField(
-        help_text="The recorded fence request (console: Fences; `manage.py fence`)."
-    )
-    self_check = serializers.DictField(
-        help_text="`{ok, detail}`: an old-epoch commit was sent after the fence and must have come back FENCED "
-        "(EPOCH). `ok: false` means the fence must be looked at — the epoch was bumped all the same."
-    )
 
 
 class AuditOut(serializers.Serializer):

@@ -29,10 +29,9 @@ def test_the_api_fence_is_a_durable_request_with_its_self_check(oncall, default_
     answer = oncall.post("/namespaces/default/fence", {"reason": "incident 7"})
 
     assert answer.status_code == 200, answer.json()
-    body = answer.json()
     request = FenceRequest.objects.get()
-    assert body["scheduler_epoch"] == 2 and body["claims_paused"] is True
-    assert body["fence_id"] == str(request.fence_id) and body["self_check"] == request.self_check
+    assert answer.json() == {"outcome": "FENCED_EPOCH", "scheduler_epoch": 2, "claims_paused": True}
+    assert answer["Fence-Id"] == str(request.fence_id) and answer["Fence-Self-Check"] == "ok"
     assert request.self_check["ok"] is True and request.scheduler_epoch == 2 and request.finished_at
     assert request.principal == oncall.name
     actions = list(AuditEntry.objects.filter(namespace="default").values_list("action", "principal"))
