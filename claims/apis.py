@@ -10,9 +10,8 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework.exceptions import NotAuthenticated, PermissionDenied, ValidationError
+from rest_framework.exceptions import NotAuthenticated, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
@@ -20,10 +19,9 @@ from rest_framework.views import APIView
 
 from . import selectors, services
 from . import serializers as s
-from .errors import ClaimError, exception_handler
 from .models import Namespace, Principal, Task
 from .pagination import Pagination
-from .permissions import AnyRole, IsOncall, IsOperator, IsTaskCreator, IsWorker
+from .permissions import AnyRole, IsOperator, IsTaskCreator, IsWorker
 from .waiting import ClaimWait, may_wait
 
 if TYPE_CHECKING:
@@ -401,180 +399,8 @@ class TaskCommitApi(APIView):
         return Response(commit_body(committed))
 
 
-# --- claim-v1.md §9: batches and inline commit ---------------------------------------------------------
-
-
 def without_wait(data: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """The claim's input for the service, and how long the request may wait (the view's business, not the
     service's)."""
     data = dict(data)
     return data, data.pop("wait_seconds", 0)
-
-
-def refusal(exc: Exception) -> tuple[int, dict[str, Any]]:
-    """A refused item's status and body, exactly as the single request's answer (the one exception handler)."""
-    response = exception_handler(exc, {})
-    if response is None:
-        raise exc
-    return response.status_code, dict(response.data)
-
-
-class ClaimBatchApi(APIView):
-    permission_classes = [IsWorker]
-
-    def claims(self, principal: Principal, data: dict[str, Any]) -> list[dict[str, Any]]:
-        return [claim_body(g) for g in services.task_claim_batch(principal=principal, **data)]
-
-    def claim(self, principal: Principal, data: dict[str, Any]) -> dict[str, Any] | None:
-        claims = self.claims(principal, data)
-        return {"outcome": "CLAIMED", "claims": claims} if claims else None  # each already its answer's body
-
-    def release(self, principal: Principal, owner_id: str, grant: dict[str, Any]) -> None:
-        release_grant(principal, owner_id, grant)
-
-    @extend_schema(
-        operation_id="claim_batch",
-        request=s.ClaimBatchIn,
-        responses={
-            200: s.ClaimBatchOut,
-            204: OpenApiResponse(description="Nothing is claimable (after `wait_seconds`, if given)."),
-            **error_responses(400, 401, 403, 409),
-        },
-        description="claim-v1.md §9: claim up to `max_tasks` (1–100) tasks at once, each exactly as claim-next "
-        "claims one (its own attempt, generation and fences). Concurrent callers never receive the same task; a "
-        "task whose resources are held is passed over. 409 FENCED (EPOCH) or CLAIMS_PAUSED.",
-    )
-    def post(self, request: AuthedRequest) -> Response:
-        return claim_or_wait(self, request, s.ClaimBatchIn)
-
-
-class CommitsApi(APIView):
-    permission_classes = [IsWorker]
-
-    def commit(self, principal: Principal, task_id: str, data: dict[str, Any]) -> dict[str, Any]:
-        return commit_body(services.task_commit(principal=principal, task_id=task_id, **data))
-
-    def together(
-        self, principal: Principal, items: list[tuple[str, dict[str, Any]]]
-    ) -> dict[int, services.Committed | ClaimError]:
-        """The items decided together, by index; those left out are sent one by one (``commit``)."""
-        return services.task_commit_many(principal=principal, items=items)
-
-    def answers(self, principal: Principal, items: list[Any]) -> list[dict[str, Any]]:
-        """Each item's status and body as its single commit would answer, in the order given."""
-        results: list[dict[str, Any] | None] = [None] * len(items)
-        valid: list[tuple[int, str, dict[str, Any]]] = []
-        for index, item in enumerate(items):
-            try:
-                data = dict(built(s.CommitItemIn).run_validation(item))
-            except ValidationError as exc:
-                results[index] = self.refused(item.get("task_id") if isinstance(item, dict) else None, exc)
-                continue
-            valid.append((index, data.pop("task_id"), data))
-        decided = self.together(principal, [(task_id, data) for _, task_id, data in valid]) if valid else {}
-        for position, (index, task_id, data) in enumerate(valid):
-            answer: Any = decided.get(position)
-            if answer is None:
-                try:
-                    answer = self.commit(principal, task_id, data)
-                except (ClaimError, ValidationError) as exc:
-                    answer = exc
-            if isinstance(answer, (ClaimError, ValidationError)):
-                results[index] = self.refused(task_id, answer)
-            else:
-                body = commit_body(answer) if isinstance(answer, services.Committed) else answer
-                results[index] = {"task_id": task_id, "status": 200, "body": body}
-        return [result for result in results if result is not None]
-
-    def refused(self, task_id: Any, exc: Exception) -> dict[str, Any]:
-        status, body = refusal(exc)
-        return {"task_id": task_id if isinstance(task_id, str) else "", "status": status, "body": body}
-
-    @extend_schema(
-        operation_id="commits",
-        request=s.CommitsIn,
-        responses={200: s.CommitsOut, **error_responses(400, 401, 403)},
-        description="claim-v1.md §9: 1 to 100 commits (each a commit body with its `task_id`, inline `result` "
-        "allowed), answered in the order given with the status and body that single commit would have answered "
-        "(200, 400, 403, 404 or 409). Each item is judged on its own and a refused item changes nothing and undoes "
-        "none of the others. The common items (no resources, no successors, each task named once) are decided in "
-        "one transaction with every task row locked at once in task_id order; the others each in their own. A "
-        "malformed envelope is a 400 for the whole request.",
-    )
-    def post(self, request: AuthedRequest) -> Response:
-        items = parsed(s.CommitsIn, request)["commits"]
-        return Response(s.CommitsOut({"results": self.answers(request.user, items)}).data)
-
-
-# --- namespaces ---------------------------------------------------------------------------------------
-
-
-class _DescribesNamespaces:
-    """How a namespace view describes one: the core alone reports claim.v1 only; the rollout app's subclasses
-    (rollout/namespace_apis.py) report its record of the namespace with their own serializers."""
-
-    out: type[Serializer] = s.NamespaceOut
-    detail_out: type[Serializer] = s.NamespaceDetailOut
-    resumed_out: type[Serializer] = s.ResumedOut
-
-    def fields(self, namespace: Namespace) -> dict[str, Any]:
-        return namespace_fields(namespace)
-
-    def drain(self, namespace: Namespace) -> dict[str, int]:
-        return selectors.namespace_drain(namespace)
-
-
-class NamespaceListCreateApi(_DescribesNamespaces, APIView):
-    create_in: type[Serializer] = s.NamespaceCreateIn
-
-    def get_permissions(self):
-        return [IsOperator()] if self.request.method == "POST" else [AnyRole()]
-
-    def create(self, principal: Principal, data: dict[str, Any]) -> Namespace:
-        return services.namespace_create(principal=principal, name=data["name"])
-
-    def namespaces(self) -> QuerySet[Namespace]:
-        return selectors.namespace_list()
-
-    @extend_schema(
-        operation_id="namespace_create",
-        request=s.NamespaceCreateIn,
-        responses={201: s.NamespaceOut, **error_responses(400, 401, 403, 409)},
-        description="Epoch 1. Served by the core alone (no rollout app) a namespace is V1_ONLY, claim.v1; with the "
-        "rollout app, stage V1_ONLY unless given. An existing name: 409 NAMESPACE_EXISTS.",
-    )
-    def post(self, request: AuthedRequest) -> Response:
-        namespace = self.create(request.user, parsed(self.create_in, request))
-        return Response(self.out(self.fields(namespace)).data, status=201)
-
-    @extend_schema(operation_id="namespace_list", responses={200: s.NamespacePage, **error_responses(401)})
-    def get(self, request: AuthedRequest) -> Response:
-        return paginated(self, request, self.namespaces(), lambda ns: self.out(self.fields(ns)).data)
-
-
-class NamespaceDetailApi(_DescribesNamespaces, APIView):
-    permission_classes = [AnyRole]
-
-    @extend_schema(
-        operation_id="namespace_get", responses={200: s.NamespaceDetailOut, **error_responses(401, 404)}
-    )
-    def get(self, request: AuthedRequest, ns: str) -> Response:
-        namespace = selectors.namespace_get(name=ns)
-        return Response(self.detail_out({**self.fields(namespace), "drain": self.drain(namespace)}).data)
-
-
-class NamespaceResumeApi(_DescribesNamespaces, APIView):
-    permission_classes = [IsOncall]
-
-    @extend_schema(
-        operation_id="namespace_resume",
-        request=s.OptionalReasonIn,
-        responses={200: s.ResumedOut, **error_responses(400, 401, 403, 404, 409)},
-        description="Lift the pause; the epoch stays. Answers `{outcome: RESUMED, ...namespace}`. The reason is "
-        "optional (the frozen contract sends none) and audited with the principal. While the pause is held — a "
-        "rollback draining holds it until it ends — 409 PAUSE_HELD (reason ROLLBACK), whoever asks.",
-    )
-    def post(self, request: AuthedRequest, ns: str) -> Response:
-        data = parsed(s.OptionalReasonIn, request) if request.data else {}
-        namespace = services.namespace_resume(principal=request.user, namespace=ns, **data)
-        return Response(self.resumed_out({"outcome": "RESUMED", **self.fields(namespace)}).data)

@@ -12,7 +12,7 @@ class ClaimsConfig(AppConfig):
         from . import (  # noqa: F401  (registers the OpenAPI auth extension)
             metrics,
             schema,
-            tasks,  # noqa: F401  (registers the jobs a service sends by name: services.effects.enqueue)
+            tasks,  # noqa: F401  (registers the jobs a service sends by name: services.dispatching.enqueue)
         )
 
         metrics.register()

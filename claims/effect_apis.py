@@ -8,6 +8,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from . import effect_serializers as es
 from . import serializers as s
 from . import services
 from .apis import AuthedRequest, error_responses, parsed
@@ -31,18 +32,18 @@ class EffectPrepareApi(APIView):
 
     @extend_schema(
         operation_id="effect_prepare",
-        request=s.EffectPrepareIn,
+        request=es.EffectPrepareIn,
         responses={
             201: OpenApiResponse(
-                s.EffectOut, description="A new record, PREPARED and bound to payload_digest."
+                es.EffectOut, description="A new record, PREPARED and bound to payload_digest."
             ),
             200: OpenApiResponse(
-                s.EffectOut,
+                es.EffectOut,
                 description="Same digest: PREPARED | RECONCILE_REQUIRED | "
                 "ALREADY_COMMITTED (a FAILED effect is PREPARED again).",
             ),
             202: OpenApiResponse(
-                s.EffectOut, description="NON_REPLAYABLE: APPROVAL_REQUIRED until approved."
+                es.EffectOut, description="NON_REPLAYABLE: APPROVAL_REQUIRED until approved."
             ),
             **error_responses(400, 401, 403, 404, 409),
         },
@@ -51,7 +52,7 @@ class EffectPrepareApi(APIView):
         "bound_payload_digest}. Send `idempotency_key` (= effect_id) and your claim_generation downstream.",
     )
     def post(self, request: AuthedRequest) -> Response:
-        data = parsed(s.EffectPrepareIn, request)
+        data = parsed(es.EffectPrepareIn, request)
         prepared = services.effect_prepare(principal=request.user, **data)
         if prepared.outcome == "APPROVAL_REQUIRED":
             status = 202
@@ -66,13 +67,15 @@ class EffectPrepareApi(APIView):
 class EffectDetailApi(APIView):
     permission_classes = [AnyRole]
 
-    @extend_schema(operation_id="effect_get", responses={200: s.EffectDetailOut, **error_responses(401, 404)})
+    @extend_schema(
+        operation_id="effect_get", responses={200: es.EffectDetailOut, **error_responses(401, 404)}
+    )
     def get(self, request: AuthedRequest, effect_id: str) -> Response:
         effect = Effect.objects.filter(pk=effect_id).first()
         if effect is None:
             raise NotFound("no such effect")
-        body = s.EffectDetailOut(effect).data
-        body["history"] = s.EffectHistoryOut(effect.history.order_by("id"), many=True).data
+        body = es.EffectDetailOut(effect).data
+        body["history"] = es.EffectHistoryOut(effect.history.order_by("id"), many=True).data
         return Response(body)
 
 
@@ -81,13 +84,13 @@ class EffectApproveApi(APIView):
 
     @extend_schema(
         operation_id="effect_approve",
-        request=s.EffectApproveIn,
+        request=es.EffectApproveIn,
         responses={200: s.OutcomeOut, **error_responses(400, 401, 403, 404, 409)},
         description="Approve a NON_REPLAYABLE effect (idempotent). 409 INVALID_TRANSITION for a COMMITTED effect or "
         "one of a REPLAYABLE task.",
     )
     def post(self, request: AuthedRequest, effect_id: str) -> Response:
-        data = parsed(s.EffectApproveIn, request)
+        data = parsed(es.EffectApproveIn, request)
         services.effect_approve(principal=request.user, effect_id=effect_id, **data)
         return Response({"outcome": "APPROVED"})
 
@@ -97,7 +100,7 @@ class EffectOutcomeApi(APIView):
 
     @extend_schema(
         operation_id="effect_outcome",
-        request=s.EffectOutcomeIn,
+        request=es.EffectOutcomeIn,
         responses={200: s.OutcomeOut, **error_responses(400, 401, 403, 404, 409)},
         description="Record what happened: COMMITTED, FAILED (a definite refusal) or UNKNOWN (a timeout — never "
         "FAILED). From PREPARED or UNKNOWN (else INVALID_TRANSITION). Accepted from the current attempt, and from "
@@ -107,7 +110,7 @@ class EffectOutcomeApi(APIView):
         "is in flight its delivery records the outcome: a report is 409 INVALID_TRANSITION (DISPATCH_IN_FLIGHT).",
     )
     def post(self, request: AuthedRequest, effect_id: str) -> Response:
-        data = parsed(s.EffectOutcomeIn, request)
+        data = parsed(es.EffectOutcomeIn, request)
         effect = services.effect_record_outcome(principal=request.user, effect_id=effect_id, **data)
         return Response({"outcome": "RECORDED", "state": effect.state})
 
@@ -121,13 +124,13 @@ class EffectReconcileApi(APIView):
 
     @extend_schema(
         operation_id="effect_reconcile",
-        request=s.EffectReconcileIn,
+        request=es.EffectReconcileIn,
         responses={200: s.OutcomeOut, **error_responses(400, 401, 403, 404, 409)},
         description="Only from UNKNOWN (else 409 NOT_UNKNOWN). OCCURRED → COMMITTED; NOT_OCCURRED → PREPARED, to be "
         "executed under the same key. By the current attempt (a worker names it) or by an operator (audited).",
     )
     def post(self, request: AuthedRequest, effect_id: str) -> Response:
-        serializer = s.EffectReconcileIn(data=request.data, context={"principal": request.user})
+        serializer = es.EffectReconcileIn(data=request.data, context={"principal": request.user})
         serializer.is_valid(raise_exception=True)
         effect = services.effect_reconcile(
             principal=request.user, effect_id=effect_id, **serializer.validated_data
@@ -140,7 +143,7 @@ class EffectDispatchApi(APIView):
 
     @extend_schema(
         operation_id="effect_dispatch",
-        request=s.EffectDispatchIn,
+        request=es.EffectDispatchIn,
         responses={
             201: OpenApiResponse(
                 s.DispatchRecordedOut, description="`{outcome: DISPATCH_RECORDED, dispatch_id}`"
@@ -155,7 +158,7 @@ class EffectDispatchApi(APIView):
         "http(s) on DISPATCH_ALLOWED_HOSTS (400). A repeat while the intent is in flight returns it.",
     )
     def post(self, request: AuthedRequest, effect_id: str) -> Response:
-        data = parsed(s.EffectDispatchIn, request)
+        data = parsed(es.EffectDispatchIn, request)
         intent, _created = services.effect_dispatch(principal=request.user, effect_id=effect_id, **data)
         return Response(s.DispatchRecordedOut({"dispatch_id": intent.pk}).data, status=201)
 
@@ -175,12 +178,12 @@ class ResourceCreateApi(APIView):
 
     @extend_schema(
         operation_id="resource_create",
-        request=s.ResourceCreateIn,
-        responses={201: s.ResourceOut, **error_responses(400, 401, 403, 409)},
+        request=es.ResourceCreateIn,
+        responses={201: es.ResourceOut, **error_responses(400, 401, 403, 409)},
         description="A new incarnation at revision 0; the key's fence token carries on. A live key: RESOURCE_EXISTS.",
     )
     def post(self, request: AuthedRequest) -> Response:
-        data = parsed(s.ResourceCreateIn, request)
+        data = parsed(es.ResourceCreateIn, request)
         view = services.resource_create(principal=request.user, **data)
         body = _resource_body(view)
         body.pop("holder")
@@ -193,7 +196,7 @@ class ResourceDetailApi(APIView):
 
     @extend_schema(
         operation_id="resource_get",
-        responses={200: s.ResourceOut, **error_responses(401, 404)},
+        responses={200: es.ResourceOut, **error_responses(401, 404)},
         description="The live incarnation, its revision, the newest fence token and the attempt holding it.",
     )
     def get(self, request: AuthedRequest, key: str) -> Response:
@@ -214,13 +217,13 @@ class ResourceCheckApi(APIView):
 
     @extend_schema(
         operation_id="resource_check",
-        request=s.ResourceCheckIn,
+        request=es.ResourceCheckIn,
         responses={200: s.OutcomeOut, **error_responses(400, 401, 404, 409)},
         description="Advisory, in order: 409 STALE_INPUT (INCARNATION); 409 STALE_FENCE unless the token is the "
         "newest and the attempt that took it is live; 409 STALE_INPUT (REVISION); else 200 CURRENT. Receivers "
         "that can should enforce the token atomically in their own database (claim_client.receiver, the SDK in clients/python).",
     )
     def post(self, request: AuthedRequest, key: str) -> Response:
-        data = parsed(s.ResourceCheckIn, request)
+        data = parsed(es.ResourceCheckIn, request)
         services.resource_check(resource_key=key, **data)
         return Response({"outcome": "CURRENT"})

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path, register_converter
 
-from . import apis, effect_apis
+from . import apis, batch_apis, effect_apis, namespace_apis
 from .waiting import offloaded, waiting
 
 
@@ -76,13 +76,13 @@ worker_urlpatterns = [
     # the worker endpoints are async views (claims/waiting.py): under ASGI they run in the shared executor, and a
     # claim with wait_seconds waits holding no thread
     path("claims", waiting(apis.ClaimNextApi.as_view()), name="claim-next"),
-    path("claims/batch", waiting(apis.ClaimBatchApi.as_view()), name="claim-batch"),
-    path("commits", offloaded(apis.CommitsApi.as_view()), name="commits"),
+    path("claims/batch", waiting(batch_apis.ClaimBatchApi.as_view()), name="claim-batch"),
+    path("commits", offloaded(batch_apis.CommitsApi.as_view()), name="commits"),
 ]
 namespace_urlpatterns = [
-    path("namespaces", apis.NamespaceListCreateApi.as_view(), name="namespaces"),
-    path("namespaces/<ns:ns>", apis.NamespaceDetailApi.as_view(), name="namespace"),
-    path("namespaces/<ns:ns>/resume", apis.NamespaceResumeApi.as_view(), name="namespace-resume"),
+    path("namespaces", namespace_apis.NamespaceListCreateApi.as_view(), name="namespaces"),
+    path("namespaces/<ns:ns>", namespace_apis.NamespaceDetailApi.as_view(), name="namespace"),
+    path("namespaces/<ns:ns>/resume", namespace_apis.NamespaceResumeApi.as_view(), name="namespace-resume"),
 ]
 
 urlpatterns = core_urlpatterns + worker_urlpatterns + namespace_urlpatterns

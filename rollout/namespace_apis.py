@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework.serializers import Serializer
 
 from claims import apis as core_apis
+from claims import namespace_apis as core_namespace_apis
 from claims import serializers as core_s
 from claims.apis import error_responses
 from claims.models import Namespace, Principal
@@ -44,7 +45,7 @@ class _WithRolloutState:
     ),
     get=extend_schema(responses={200: s.NamespacePage, **error_responses(401)}),
 )
-class NamespaceListCreateApi(_WithRolloutState, core_apis.NamespaceListCreateApi):
+class NamespaceListCreateApi(_WithRolloutState, core_namespace_apis.NamespaceListCreateApi):
     create_in: type[Serializer] = s.NamespaceCreateIn
 
     def create(self, principal: Principal, data: dict[str, Any]) -> Namespace:
@@ -55,7 +56,7 @@ class NamespaceListCreateApi(_WithRolloutState, core_apis.NamespaceListCreateApi
 
 
 @extend_schema_view(get=extend_schema(responses={200: s.NamespaceDetailOut, **error_responses(401, 404)}))
-class NamespaceDetailApi(_WithRolloutState, core_apis.NamespaceDetailApi):
+class NamespaceDetailApi(_WithRolloutState, core_namespace_apis.NamespaceDetailApi):
     pass
 
 
@@ -65,5 +66,5 @@ class NamespaceDetailApi(_WithRolloutState, core_apis.NamespaceDetailApi):
         responses={200: s.ResumedOut, **error_responses(400, 401, 403, 404, 409)},
     )
 )
-class NamespaceResumeApi(_WithRolloutState, core_apis.NamespaceResumeApi):
+class NamespaceResumeApi(_WithRolloutState, core_namespace_apis.NamespaceResumeApi):
     pass

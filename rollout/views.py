@@ -20,7 +20,7 @@ from claims.services.principals import ui_role
 from claims.ui import acting, report, role_required
 from oncall import selectors as oncall_selectors
 
-from . import selectors
+from . import console, selectors
 from .models import (
     DrainSnapshot,
     GateEvaluation,
@@ -69,7 +69,7 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         "taken_at": now,
         "refresh_seconds": LIVE_REFRESH_SECONDS,
         "stale_drains": stale_drains,
-        "drain_chart": selectors.drain_progress(ns.name),
+        "drain_chart": console.drain_progress(ns.name),
         "ns": ns,
         "steps": steps,
         "gate": gate,
@@ -78,12 +78,12 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         "next_stage": selectors.next_stage(stage),
         "earlier": order[:here],
         "coverage": coverage,
-        "coverage_chart": selectors.coverage_chart(coverage),
+        "coverage_chart": console.coverage_chart(coverage),
         "drains": drains,
         "rollback": Rollback.objects.filter(namespace=ns.name).order_by("-started_at").first(),
         "open_rollback": selectors.open_rollback(ns.name),
         "incident": oncall_selectors.incident(ns, now),
-        "checklist": _linked(selectors.gate_checklist(ns, gate, coverage), ns.name),
+        "checklist": _linked(console.gate_checklist(ns, gate, coverage), ns.name),
         "fences": oncall_selectors.fence_history(ns.name),
         "changes": StageChange.objects.filter(namespace=ns.name).order_by("-at")[:10],
         "last_gates": [
@@ -200,7 +200,7 @@ def mismatches(request: HttpRequest, ns: str) -> HttpResponse:
             reason=reason,
             status=status,
             reasons=list(MismatchReason.values),
-            over_time=selectors.mismatches_per_hour(ns, clock.now()),
+            over_time=console.mismatches_per_hour(ns, clock.now()),
         ),
     )
 
@@ -209,7 +209,7 @@ def mismatches(request: HttpRequest, ns: str) -> HttpResponse:
 def mismatch_detail(request: HttpRequest, mismatch_id: int) -> HttpResponse:
     mismatch = get_object_or_404(Mismatch, pk=mismatch_id)
     return render(
-        request, "rollout/mismatch.html", _ctx(request, m=mismatch, **selectors.mismatch_drilldown(mismatch))
+        request, "rollout/mismatch.html", _ctx(request, m=mismatch, **console.mismatch_drilldown(mismatch))
     )
 
 

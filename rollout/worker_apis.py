@@ -20,6 +20,7 @@ from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from claims import apis as core_apis
+from claims import batch_apis as core_batch_apis
 from claims import serializers as core_s
 from claims.apis import AuthedRequest, error_responses, paginated, parsed
 from claims.permissions import AnyRole, IsTaskCreator, IsWorker
@@ -194,7 +195,7 @@ def _claim_answer(routed: routing.Routed) -> dict[str, Any]:
         "claim is routed as claim-next routes it, and a claim legacy refuses is left out." + _ROUTING,
     )
 )
-class ClaimBatchApi(core_apis.ClaimBatchApi):
+class ClaimBatchApi(core_batch_apis.ClaimBatchApi):
     def claims(self, principal: Any, data: dict[str, Any]) -> list[dict[str, Any]]:
         return [
             _claim_answer(routed) for routed in routing.route("claim_batch", principal=principal, data=data)
@@ -215,7 +216,7 @@ def _release_routed(principal: Any, owner_id: str, grant: dict[str, Any]) -> Non
     routing.route("release", principal=principal, task_id=grant["task_id"], data=data)
 
 
-class CommitsApi(core_apis.CommitsApi):
+class CommitsApi(core_batch_apis.CommitsApi):
     """The common items decided together by the core in every open stage, each settled as its stage says (where
     legacy decides, legacy completes each in the same transaction); every other item routed as the single commit
     is (``TaskCommitApi``)."""

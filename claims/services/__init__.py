@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from ._base import Guard, NamespaceHold, acting_via, audit, guarded, namespace_lock, synthetic
 from .claiming import ClaimGrant, task_claim, task_claim_batch, task_claim_next
+from .commit_many import task_commit_many
 from .dispatch import Delivery, dispatch_deliver
+from .dispatching import effect_dispatch
 from .effects import (
     Prepared,
     effect_approve,
-    effect_dispatch,
     effect_prepare,
     effect_reconcile,
     effect_record_outcome,
@@ -22,7 +23,7 @@ from .namespaces import (
 )
 from .principals import IssuedToken, hash_token, token_issue, token_revoke
 from .resources import ResourceView, resource_check, resource_create, resource_delete, resource_get
-from .results import Committed, Staged, result_stage, task_commit, task_commit_many
+from .results import Committed, Staged, result_stage, task_commit
 from .tasks import TaskCreated, task_cancel, task_create, task_requeue, task_revise_input
 
 __all__ = [

@@ -17,14 +17,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from celery import current_app
 from django.db import transaction
 
-from .. import interleave
-from ..digest import digest
 from ..digest import effect_id as make_effect_id
 from ..errors import (
-    ApprovalRequired,
     Fenced,
     Forbidden,
     Invalid,
@@ -43,13 +39,11 @@ from ..models import (
     EventKind,
     Principal,
     ReplayPolicy,
-    ResourceKey,
     Role,
 )
 from . import ledger
 from ._base import audit, hold_task, locked_rows, task_current
 from .authority import Acceptance, acceptance_point
-from .resources import check_dispatch_resources, lock_keys
 
 E = EffectState
 
@@ -151,60 +145,17 @@ def effect_prepare(
         owner_id=owner_id,
         effect_slot=effect_slot,
     ) as (at, existing):
-        ns, task = at.ns, at.task
+        ns = at.ns
         _authorise(at)
-        eid = make_effect_id(task.task_id, task.node_id, effect_slot)
         created = existing is None
-        effect: Effect
-        if existing is None:
-            # The task row lock serialises every prepare of this task, so the insert cannot race another.
-            effect = Effect.objects.create(
-                effect_id=eid,
-                task_id=task.task_id,
-                namespace_id=ns.id,
-                node_id=task.node_id,
-                effect_slot=effect_slot,
-                state=E.PREPARED,
-                payload_digest=payload_digest,
-                non_replayable=task.replay_policy == ReplayPolicy.NON_REPLAYABLE,
-                created_at=ns.now,
-                updated_at=ns.now,
-            )
-            ledger.record(
-                effect,
-                "prepared",
-                at=ns.now,
-                principal=principal,
-                to=E.PREPARED,
-                attempt_id=attempt_id,
-                claim_generation=claim_generation,
-                detail={"payload_digest": payload_digest},
-            )
-        elif (effect := existing).payload_digest != payload_digest:
-            raise PayloadConflict(
-                "this slot is bound to another payload", current=ledger.effect_current(effect)
-            )
-        elif effect.state == E.FAILED:
-            # A definite failure: the target did not act. Retry under the same key.
-            ledger.transition(
-                effect,
-                E.PREPARED,
-                at=ns.now,
-                principal=principal,
-                kind="prepared",
-                attempt_id=attempt_id,
-                claim_generation=claim_generation,
-            )
-        else:
-            ledger.record(
-                effect,
-                "prepare_seen",
-                at=ns.now,
-                principal=principal,
-                attempt_id=attempt_id,
-                claim_generation=claim_generation,
-                detail={"state": effect.state},
-            )
+        effect = _bound(
+            at,
+            existing,
+            effect_slot=effect_slot,
+            payload_digest=payload_digest,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+        )
         outcome = _NEXT_STEP[effect.state]
         if outcome == "PREPARED" and effect.non_replayable and effect.approved_at is None:
             outcome = "APPROVAL_REQUIRED"
@@ -219,6 +170,70 @@ def effect_prepare(
             detail={"outcome": outcome},
         )
     return Prepared(effect=effect, outcome=outcome, created=created)
+
+
+def _bound(
+    at: Acceptance,
+    existing: Effect | None,
+    *,
+    effect_slot: str,
+    payload_digest: str,
+    attempt_id: uuid.UUID,
+    claim_generation: int,
+) -> Effect:
+    """The slot's effect bound to ``payload_digest``: created PREPARED, or the existing one (PAYLOAD_CONFLICT when
+    bound to another payload; a definite FAILED moved back to PREPARED), its ledger told."""
+    ns, task, principal = at.ns, at.task, at.principal
+    effect: Effect
+    if existing is None:
+        eid = make_effect_id(task.task_id, task.node_id, effect_slot)
+        # The task row lock serialises every prepare of this task, so the insert cannot race another.
+        effect = Effect.objects.create(
+            effect_id=eid,
+            task_id=task.task_id,
+            namespace_id=ns.id,
+            node_id=task.node_id,
+            effect_slot=effect_slot,
+            state=E.PREPARED,
+            payload_digest=payload_digest,
+            non_replayable=task.replay_policy == ReplayPolicy.NON_REPLAYABLE,
+            created_at=ns.now,
+            updated_at=ns.now,
+        )
+        ledger.record(
+            effect,
+            "prepared",
+            at=ns.now,
+            principal=principal,
+            to=E.PREPARED,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            detail={"payload_digest": payload_digest},
+        )
+    elif (effect := existing).payload_digest != payload_digest:
+        raise PayloadConflict("this slot is bound to another payload", current=ledger.effect_current(effect))
+    elif effect.state == E.FAILED:
+        # A definite failure: the target did not act. Retry under the same key.
+        ledger.transition(
+            effect,
+            E.PREPARED,
+            at=ns.now,
+            principal=principal,
+            kind="prepared",
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+        )
+    else:
+        ledger.record(
+            effect,
+            "prepare_seen",
+            at=ns.now,
+            principal=principal,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            detail={"state": effect.state},
+        )
+    return effect
 
 
 def effect_record_outcome(
@@ -257,24 +272,10 @@ def effect_record_outcome(
         owner_id=owner_id,
         effect_id=effect_id,
     ) as (at, effect):
-        ns, task = at.ns, at.task
+        ns = at.ns
         if effect is None:
             raise NotFound("no such effect")
-        if owner_id != principal.owner_id:
-            raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
-        attempt_owner = (
-            Attempt.objects.filter(pk=attempt_id, task_id=task_id).values_list("owner_id", flat=True).first()
-        )
-        if attempt_owner is not None and attempt_owner != principal.owner_id:
-            raise Forbidden(f"attempt {attempt_id} is not {principal.owner_id!r}'s")
-        if attempt_owner is None or attempt_id == task.attempt_id:
-            _authorise(at)
-        elif ledger.last_to_act(effect) != attempt_id:
-            raise Fenced(
-                "the effect has moved on since this attempt acted on it: its report is not about the effect now",
-                reason="ATTEMPT",
-                current={**task_current(task, ns), **ledger.effect_current(effect)},
-            )
+        _authorise_report(at, effect, principal=principal, owner_id=owner_id, attempt_id=attempt_id)
         if effect.state not in ledger.OUTCOME_FROM:
             raise InvalidTransition(
                 f"an outcome cannot follow {effect.state}", current=ledger.effect_current(effect)
@@ -307,6 +308,29 @@ def effect_record_outcome(
             owner_id=owner_id,
         )
     return effect
+
+
+def _authorise_report(
+    at: Acceptance, effect: Effect, *, principal: Principal, owner_id: str, attempt_id: uuid.UUID
+) -> None:
+    """Whose outcome report counts (``effect_record_outcome``): the caller's own attempt; the task's current one with
+    full authority, an older one only while it was the last to act on the effect (FENCED ATTEMPT otherwise)."""
+    task, ns = at.task, at.ns
+    if owner_id != principal.owner_id:
+        raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
+    attempt_owner = (
+        Attempt.objects.filter(pk=attempt_id, task_id=task.pk).values_list("owner_id", flat=True).first()
+    )
+    if attempt_owner is not None and attempt_owner != principal.owner_id:
+        raise Forbidden(f"attempt {attempt_id} is not {principal.owner_id!r}'s")
+    if attempt_owner is None or attempt_id == task.attempt_id:
+        _authorise(at)
+    elif ledger.last_to_act(effect) != attempt_id:
+        raise Fenced(
+            "the effect has moved on since this attempt acted on it: its report is not about the effect now",
+            reason="ATTEMPT",
+            current={**task_current(task, ns), **ledger.effect_current(effect)},
+        )
 
 
 def effect_reconcile(
@@ -418,123 +442,3 @@ def effect_approve(*, principal: Principal, effect_id: str, note: str = "") -> E
                 detail={"payload_digest": effect.payload_digest},
             )
     return effect
-
-
-def effect_dispatch(
-    *,
-    principal: Principal,
-    effect_id: str,
-    payload: Any,
-    target: str,
-    attempt_id: uuid.UUID,
-    claim_generation: int,
-    scheduler_epoch: int,
-    owner_id: str,
-) -> tuple[DispatchIntent, bool]:
-    """Record the durable commitment to deliver ``payload`` to ``target`` under the effect's key — in the same
-    transaction as the checks, so the order of records decides any race with a cancel or a takeover (A13).
-    A repeat while the intent is in flight returns it. Delivery is a Celery job started after commit.
-
-    Checks, in order: authority (CANCELLED / FENCED); the payload's digest is the bound one (PAYLOAD_CONFLICT);
-    the effect is PREPARED (INVALID_TRANSITION) and, if NON_REPLAYABLE, approved (APPROVAL_REQUIRED) with no other
-    effect of its node in flight (INVALID_TRANSITION, NODE_BUSY); no newer claim took the task's resources
-    (STALE_INPUT, RESOURCE).
-    """
-    task_id = _task_of(effect_id)
-    with _at_effect_point(
-        principal,
-        task_id,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
-        effect_id=effect_id,
-    ) as (at, effect):
-        ns, task = at.ns, at.task
-        if effect is None:
-            raise NotFound("no such effect")
-        keys: list[ResourceKey] = []
-        if task.resources:  # the last lock of the order (after task and effect); the clock is read after it
-            keys, db_now = lock_keys(sorted(task.resources), lock="FOR SHARE")
-            at.after(db_now)
-            ns = at.ns
-        _authorise(at)
-        in_flight = DispatchIntent.objects.filter(
-            effect=effect, state__in=[DispatchState.PENDING, DispatchState.SENDING]
-        ).first()
-        if in_flight is not None:
-            return in_flight, False
-        if digest(payload) != effect.payload_digest:
-            raise PayloadConflict(
-                "the payload's digest is not the one bound at prepare", current=ledger.effect_current(effect)
-            )
-        if effect.state != E.PREPARED:
-            raise InvalidTransition(
-                f"only a PREPARED effect is dispatched; this one is {effect.state}",
-                current=ledger.effect_current(effect),
-            )
-        if effect.non_replayable:
-            if effect.approved_at is None:
-                raise ApprovalRequired(
-                    "an operator must approve this effect first", current=ledger.effect_current(effect)
-                )
-            busy = (
-                Effect.objects.filter(
-                    namespace_id=ns.id,
-                    node_id=effect.node_id,
-                    non_replayable=True,
-                    dispatched_at__isnull=False,
-                    state__in=[E.PREPARED, E.UNKNOWN],
-                )
-                .exclude(pk=effect.pk)
-                .values_list("effect_id", flat=True)
-                .first()
-            )
-            if busy:
-                raise InvalidTransition(
-                    f"effect {busy} of this node is still in flight",
-                    reason="NODE_BUSY",
-                    current=ledger.effect_current(effect),
-                )
-        fences = Attempt.objects.filter(pk=attempt_id).values_list("fences", flat=True).first() or {}
-        check_dispatch_resources(keys, attempt_fences=fences)
-        interleave.reach("effect_dispatch.checked")
-        intent = DispatchIntent.objects.create(
-            effect=effect,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            payload=payload,
-            target=target,
-            fence_headers={key: value["token"] for key, value in fences.items()},
-            created_at=ns.now,
-        )
-        effect.dispatched_at, effect.updated_at = ns.now, ns.now
-        effect.save(update_fields=["dispatched_at", "updated_at"])
-        ledger.record(
-            effect,
-            "dispatch_recorded",
-            at=ns.now,
-            principal=principal,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            detail={"dispatch_id": str(intent.pk), "target": target},
-        )
-        ledger.task_event(
-            EventKind.DISPATCH_RECORDED,
-            effect,
-            ns,
-            principal,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            owner_id=owner_id,
-            detail={"dispatch_id": str(intent.pk)},
-        )
-        transaction.on_commit(lambda: enqueue("claims.deliver_dispatch", str(intent.pk)))
-    return intent, True
-
-
-def enqueue(job: str, *args: Any) -> None:
-    """Send a Celery job by its registered name (``claims/tasks.py``): jobs call services, never the other way, so
-    a service names the job instead of importing it. The registered task itself, so an eager configuration runs
-    it in place and a worker receives it otherwise."""
-    current_app.tasks[job].delay(*args)

@@ -20,7 +20,7 @@ from ..models import (
     TaskState,
 )
 from . import wakeups
-from ._base import audit, namespace_lock, new_event
+from ._base import NamespaceHold, audit, namespace_lock, new_event
 
 
 def namespace_create(*, principal: Principal, name: str) -> Namespace:
@@ -75,31 +75,7 @@ def epoch_fence(
         if hold and not ns.pause_hold:
             changes["pause_hold"] = hold
         Namespace.objects.filter(pk=ns.id).update(**changes)
-        live = list(
-            Task.objects.filter(
-                namespace_id=ns.id, state=TaskState.CLAIMED, scheduler_epoch__lt=epoch
-            ).values_list("task_id", "attempt_id", "claim_generation", "scheduler_epoch", "owner_id")
-        )
-        Attempt.objects.filter(namespace_id=ns.id, ended_at__isnull=True, scheduler_epoch__lt=epoch).update(
-            ended_at=ns.now, end_reason=AttemptEnd.FENCED
-        )
-        TaskEvent.objects.bulk_create(
-            [
-                new_event(
-                    EventKind.EPOCH_FENCED,
-                    namespace_id=ns.id,
-                    task_id=task_id,
-                    at=ns.now,
-                    principal=principal,
-                    attempt_id=attempt_id,
-                    claim_generation=generation,
-                    scheduler_epoch=attempt_epoch,
-                    owner_id=owner,
-                    detail={"reason": reason, "new_epoch": epoch},
-                )
-                for task_id, attempt_id, generation, attempt_epoch, owner in live
-            ]
-        )
+        live = _end_live_attempts(ns, epoch, principal=principal, reason=reason)
         audit(
             principal=principal,
             action="epoch_fence",
@@ -123,6 +99,38 @@ def epoch_fence(
             for key in keys
         )
         return Namespace.objects.get(pk=ns.id)
+
+
+def _end_live_attempts(ns: NamespaceHold, epoch: int, *, principal: Principal, reason: str) -> list[tuple]:
+    """Step 3 of a fence, under its lock: every attempt granted before ``epoch`` ended FENCED, and `epoch_fenced`
+    on the timeline of each task that was claimed under one. Returns those tasks' (task, attempt, generation,
+    epoch, owner)."""
+    live = list(
+        Task.objects.filter(
+            namespace_id=ns.id, state=TaskState.CLAIMED, scheduler_epoch__lt=epoch
+        ).values_list("task_id", "attempt_id", "claim_generation", "scheduler_epoch", "owner_id")
+    )
+    Attempt.objects.filter(namespace_id=ns.id, ended_at__isnull=True, scheduler_epoch__lt=epoch).update(
+        ended_at=ns.now, end_reason=AttemptEnd.FENCED
+    )
+    TaskEvent.objects.bulk_create(
+        [
+            new_event(
+                EventKind.EPOCH_FENCED,
+                namespace_id=ns.id,
+                task_id=task_id,
+                at=ns.now,
+                principal=principal,
+                attempt_id=attempt_id,
+                claim_generation=generation,
+                scheduler_epoch=attempt_epoch,
+                owner_id=owner,
+                detail={"reason": reason, "new_epoch": epoch},
+            )
+            for task_id, attempt_id, generation, attempt_epoch, owner in live
+        ]
+    )
+    return live
 
 
 def namespace_resume(*, principal: Principal, namespace: str, reason: str = "") -> Namespace:

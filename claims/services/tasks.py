@@ -25,7 +25,7 @@ from ..models import (
 )
 from ..states import check_transition
 from . import statements, wakeups
-from ._base import append_event, audit, hold_namespace, hold_task, task_current
+from ._base import NamespaceHold, append_event, audit, hold_namespace, hold_task, task_current
 from .resources import resources_exist
 
 
@@ -93,33 +93,12 @@ def task_create(
             ns = hold_namespace(name=namespace)
         except NotFound:  # a name in the body is a field error, not a missing resource
             raise Invalid({"namespace": [f"unknown namespace {namespace!r}"]}) from None
-        definition = {
-            "namespace_id": ns.id,
-            "node_id": node_id,
-            "input_digest": input_digest,
-            "depends_on": sorted(depends_on),
-            "replay_policy": replay_policy,
-            "resources": sorted(resources),
-        }
+        definition = _definition(ns, node_id, input_digest, depends_on, replay_policy, resources)
         existing = Task.objects.filter(pk=task_id).first()
         if existing is not None:
             return _existing(existing, definition, ns)
         interleave.reach("task_create.checked")
-        errors: dict[str, list[str]] = {}
-        if task_id in depends_on:
-            errors["depends_on"] = ["a task cannot depend on itself"]
-        # FOR NO KEY UPDATE, not FOR SHARE: we mark the open predecessors has_successors below.
-        states = _predecessor_states(depends_on, ns.id, lock="FOR NO KEY UPDATE")
-        unknown = [dep for dep in depends_on if dep not in states]
-        if unknown:
-            errors.setdefault("depends_on", []).append(
-                f"unknown task(s) in namespace {ns.name!r}: {', '.join(unknown)}"
-            )
-        missing = resources_exist(resources)
-        if missing:
-            errors["resources"] = [f"unknown resource(s): {', '.join(missing)}"]
-        if errors:
-            raise Invalid(errors)
+        states = _checked_predecessors(task_id, depends_on, resources, ns)
         blocked = any(state != TaskState.COMMITTED for state in states.values())
         try:
             # The existence check above read without a lock: an identical create may have inserted the same
@@ -144,12 +123,7 @@ def task_create(
             if winner is None:  # not the primary key: some other constraint refused the row
                 raise
             return _existing(winner, definition, ns)
-        TaskDependency.objects.bulk_create(
-            [TaskDependency(task=task, depends_on_id=dep) for dep in depends_on]
-        )
-        TaskResource.objects.bulk_create([TaskResource(task=task, resource_key_id=key) for key in resources])
-        open_predecessors = [dep for dep, state in states.items() if state != TaskState.COMMITTED]
-        Task.objects.filter(pk__in=open_predecessors, has_successors=False).update(has_successors=True)
+        _link(task, states)
         append_event(
             EventKind.TASK_CREATED,
             namespace_id=ns.id,
@@ -170,6 +144,58 @@ def task_create(
         if task.state == TaskState.READY:
             wakeups.claimable(ns.name, nodes=[node_id])
     return TaskCreated(task, created=True)
+
+
+def _definition(
+    ns: NamespaceHold,
+    node_id: str,
+    input_digest: str,
+    depends_on: list[str],
+    replay_policy: str,
+    resources: list[str],
+) -> dict[str, Any]:
+    """What makes a create a repeat of an existing task rather than TASK_EXISTS."""
+    return {
+        "namespace_id": ns.id,
+        "node_id": node_id,
+        "input_digest": input_digest,
+        "depends_on": sorted(depends_on),
+        "replay_policy": replay_policy,
+        "resources": sorted(resources),
+    }
+
+
+def _checked_predecessors(
+    task_id: str, depends_on: list[str], resources: list[str], ns: NamespaceHold
+) -> dict[str, str]:
+    """The predecessors' states, locked FOR NO KEY UPDATE (not FOR SHARE: the open ones are marked
+    has_successors after) — or a 400 naming every field at fault: a task depending on itself, an unknown
+    predecessor in the namespace, an unknown resource."""
+    errors: dict[str, list[str]] = {}
+    if task_id in depends_on:
+        errors["depends_on"] = ["a task cannot depend on itself"]
+    states = _predecessor_states(depends_on, ns.id, lock="FOR NO KEY UPDATE")
+    unknown = [dep for dep in depends_on if dep not in states]
+    if unknown:
+        errors.setdefault("depends_on", []).append(
+            f"unknown task(s) in namespace {ns.name!r}: {', '.join(unknown)}"
+        )
+    missing = resources_exist(resources)
+    if missing:
+        errors["resources"] = [f"unknown resource(s): {', '.join(missing)}"]
+    if errors:
+        raise Invalid(errors)
+    return states
+
+
+def _link(task: Task, states: dict[str, str]) -> None:
+    """A created task's dependency and resource rows; its open predecessors marked has_successors."""
+    TaskDependency.objects.bulk_create(
+        [TaskDependency(task=task, depends_on_id=dep) for dep in task.depends_on]
+    )
+    TaskResource.objects.bulk_create([TaskResource(task=task, resource_key_id=key) for key in task.resources])
+    open_predecessors = [dep for dep, state in states.items() if state != TaskState.COMMITTED]
+    Task.objects.filter(pk__in=open_predecessors, has_successors=False).update(has_successors=True)
 
 
 def _end_current_attempt(task: Task, *, reason: AttemptEnd, at) -> None:
