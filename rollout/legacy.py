@@ -15,6 +15,7 @@ To run the migration against an existing table, implement ``LegacyStore`` over i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
@@ -36,6 +37,15 @@ class LegacyVerdict:
     owner_id: str
     expires_at: datetime | None
     at: datetime | None = None  # the clock the store decided on, read after its row lock
+
+
+@dataclass(frozen=True)
+class LegacyAsk:
+    """One operation for ``decide_many``: ``kind`` is claim, heartbeat, release, complete or record (claim.v1's
+    decision written through), ``fields`` that method's keyword arguments."""
+
+    kind: str
+    fields: dict[str, Any]
 
 
 class LegacyStore(Protocol):
@@ -76,106 +86,84 @@ class LegacyStore(Protocol):
     def live_claims(self, *, namespace: str, now: datetime, pool: str | None = None) -> list[LegacyClaim]: ...
 
 
+_METHODS = {"claim": "claim", "heartbeat": "heartbeat", "release": "release", "complete": "complete"}
+
+
+def decide(store: LegacyStore, asks: list[LegacyAsk]) -> list[LegacyVerdict]:
+    """Several tasks' operations in the caller's transaction: at once where the store can (``decide_many``, as
+    ``DjangoLegacyStore`` does), else one by one through its single methods (``record`` answers RECORDED)."""
+    many = getattr(store, "decide_many", None)
+    if many is not None:
+        return many(asks)
+    verdicts = []
+    for ask in asks:
+        if ask.kind == "record":
+            store.record_claim(**ask.fields)
+            verdicts.append(LegacyVerdict(True, "RECORDED", ask.fields["owner_id"], ask.fields["expires_at"]))
+        else:
+            verdicts.append(getattr(store, _METHODS[ask.kind])(**ask.fields))
+    return verdicts
+
+
 _COLUMNS = ("namespace", "owner_id", "expires_at", "result", "result_digest", "completed_by", "via", "pool")
 
 
 class DjangoLegacyStore:
-    """The naive table on ``LegacyClaim``. Every method runs inside the caller's transaction: the row FOR UPDATE,
-    then the clock, then one write — three statements."""
-
-    def _held(self, task_id: str) -> tuple[LegacyClaim | None, datetime]:
-        row = LegacyClaim.objects.select_for_update().filter(pk=task_id).first()
-        return row, clock.now()  # read after the row's lock
-
-    def _put(self, task_id: str, row: LegacyClaim | None, now: datetime, **values: Any) -> bool:
-        """Write ``values`` to the row held (or a new row): False when a concurrent writer inserted the row first
-        — the caller decides again on the row it can now lock."""
-        if row is not None:
-            LegacyClaim.objects.filter(pk=task_id).update(updated_at=now, **values)
-            return True
-        fresh = LegacyClaim(task_id=task_id, updated_at=now, **values)
-        fields = _fields(("task_id", "updated_at", *_COLUMNS))
-        prepared = [field.get_db_prep_save(getattr(fresh, field.attname), connection) for field in fields]
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {LegacyClaim._meta.db_table} ({', '.join(f.column for f in fields)}) "
-                f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT (task_id) DO NOTHING",
-                prepared,
-            )
-            return cursor.rowcount == 1
+    """The naive table on ``LegacyClaim``. Every method runs inside the caller's transaction, as one batch of one
+    (``decide_many``): the rows FOR UPDATE, then the clock, then the writes."""
 
     def claim(self, *, task_id, namespace, owner_id, ttl_seconds, pool="", via="legacy") -> LegacyVerdict:
-        row, now = self._held(task_id)
-        if (
-            row is not None
-            and row.owner_id
-            and row.owner_id != owner_id
-            and row.expires_at
-            and row.expires_at > now
-        ):
-            return LegacyVerdict(False, "HELD", row.owner_id, row.expires_at, now)
-        expires = now + timedelta(seconds=ttl_seconds)
-        values = {
-            "namespace": namespace,
-            "owner_id": owner_id,
-            "expires_at": expires,
-            "pool": pool,
-            "via": via,
-        }
-        if not self._put(task_id, row, now, **values):
-            return self.claim(
-                task_id=task_id,
-                namespace=namespace,
-                owner_id=owner_id,
-                ttl_seconds=ttl_seconds,
-                pool=pool,
-                via=via,
-            )
-        return LegacyVerdict(True, "GRANTED", owner_id, expires, now)
+        return self._one("claim", locals())
 
     def heartbeat(self, *, task_id, owner_id, ttl_seconds) -> LegacyVerdict:
-        row, now = self._held(task_id)
-        if row is None or row.owner_id != owner_id:
-            return _not_owner(row, now)
-        expires = now + timedelta(seconds=ttl_seconds)
-        self._put(task_id, row, now, expires_at=expires)
-        return LegacyVerdict(True, "RENEWED", owner_id, expires, now)
+        return self._one("heartbeat", locals())
 
     def release(self, *, task_id, owner_id) -> LegacyVerdict:
-        row, now = self._held(task_id)
-        if row is None or row.owner_id != owner_id:
-            return _not_owner(row, now)
-        self._put(task_id, row, now, owner_id="", expires_at=None)
-        return LegacyVerdict(True, "RELEASED", "", None, now)
+        return self._one("release", locals())
 
     def complete(self, *, task_id, namespace, owner_id, result, result_digest, via="legacy") -> LegacyVerdict:
         # Unconditional: whoever completes last wins. This is the bug the migration exists to remove.
-        row, now = self._held(task_id)
-        values = {
-            "namespace": namespace,
-            "result": result,
-            "result_digest": result_digest,
-            "completed_by": owner_id,
-            "via": via,
-        }
-        if not self._put(task_id, row, now, **values):
-            return self.complete(
-                task_id=task_id,
-                namespace=namespace,
-                owner_id=owner_id,
-                result=result,
-                result_digest=result_digest,
-                via=via,
-            )
-        return LegacyVerdict(True, "COMPLETED", owner_id, None, now)
+        return self._one("complete", locals())
 
     def record_claim(self, *, task_id, namespace, owner_id, expires_at, pool="") -> None:
-        row, now = self._held(task_id)
-        values = {"namespace": namespace, "owner_id": owner_id, "expires_at": expires_at, "pool": pool}
-        if not self._put(task_id, row, now, via="claim.v1", **values):
-            self.record_claim(
-                task_id=task_id, namespace=namespace, owner_id=owner_id, expires_at=expires_at, pool=pool
-            )
+        self._one("record", locals())
+
+    def _one(self, kind: str, arguments: dict[str, Any]) -> LegacyVerdict:
+        return self.decide_many([LegacyAsk(kind, {k: v for k, v in arguments.items() if k != "self"})])[0]
+
+    def decide_many(self, asks: list[LegacyAsk]) -> list[LegacyVerdict]:
+        """Several tasks' operations at once (distinct tasks): their rows locked in one statement in task_id order,
+        one clock read after those locks, each decided as its single method decides it, then one write per kind of
+        write — an UPDATE of the rows that exist, an INSERT of those that do not. A row another transaction
+        inserted meanwhile (the INSERT skips it) is decided again, on the row it can now lock."""
+        ids = sorted(ask.fields["task_id"] for ask in asks)
+        rows = {
+            row.task_id: row
+            for row in LegacyClaim.objects.select_for_update().filter(pk__in=ids).order_by("pk")
+        }
+        now = clock.now()  # read after the rows' locks
+        verdicts: list[LegacyVerdict] = []
+        updates: list[LegacyClaim] = []
+        inserts: list[LegacyClaim] = []
+        for ask in asks:
+            row = rows.get(ask.fields["task_id"])
+            verdict, values = _DECIDE[ask.kind](row, now, **ask.fields)
+            verdicts.append(verdict)
+            if values is None:
+                continue
+            target = row if row is not None else LegacyClaim(task_id=ask.fields["task_id"])
+            for name, value in {**values, "updated_at": now}.items():
+                setattr(target, name, value)
+            (updates if row is not None else inserts).append(target)
+        if updates:
+            names = sorted({name for ask in asks for name in _WRITES[ask.kind]} | {"updated_at"})
+            LegacyClaim.objects.bulk_update(updates, names)
+        lost = _insert_absent(inserts)
+        if lost:
+            redo = [ask for ask in asks if ask.fields["task_id"] in lost]
+            again = dict(zip((ask.fields["task_id"] for ask in redo), self.decide_many(redo), strict=True))
+            verdicts = [again.get(ask.fields["task_id"], v) for ask, v in zip(asks, verdicts, strict=True)]
+        return verdicts
 
     def get(self, *, task_id) -> LegacyClaim | None:
         return LegacyClaim.objects.filter(pk=task_id).first()
@@ -187,6 +175,96 @@ class DjangoLegacyStore:
         if pool is not None:
             rows = rows.filter(pool=pool)
         return list(rows)
+
+
+Decision = tuple[LegacyVerdict, "dict[str, Any] | None"]
+
+
+def _decide_claim(row, now, *, task_id, namespace, owner_id, ttl_seconds, pool="", via="legacy") -> Decision:
+    if (
+        row is not None
+        and row.owner_id
+        and row.owner_id != owner_id
+        and row.expires_at
+        and row.expires_at > now
+    ):
+        return LegacyVerdict(False, "HELD", row.owner_id, row.expires_at, now), None
+    expires = now + timedelta(seconds=ttl_seconds)
+    values = {"namespace": namespace, "owner_id": owner_id, "expires_at": expires, "pool": pool, "via": via}
+    return LegacyVerdict(True, "GRANTED", owner_id, expires, now), values
+
+
+def _decide_heartbeat(row, now, *, task_id, owner_id, ttl_seconds) -> Decision:
+    if row is None or row.owner_id != owner_id:
+        return _not_owner(row, now), None
+    expires = now + timedelta(seconds=ttl_seconds)
+    return LegacyVerdict(True, "RENEWED", owner_id, expires, now), {"expires_at": expires}
+
+
+def _decide_release(row, now, *, task_id, owner_id) -> Decision:
+    if row is None or row.owner_id != owner_id:
+        return _not_owner(row, now), None
+    return LegacyVerdict(True, "RELEASED", "", None, now), {"owner_id": "", "expires_at": None}
+
+
+def _decide_complete(
+    row, now, *, task_id, namespace, owner_id, result, result_digest, via="legacy"
+) -> Decision:
+    values = {
+        "namespace": namespace,
+        "result": result,
+        "result_digest": result_digest,
+        "completed_by": owner_id,
+        "via": via,
+    }
+    return LegacyVerdict(True, "COMPLETED", owner_id, None, now), values
+
+
+def _decide_record(row, now, *, task_id, namespace, owner_id, expires_at, pool="") -> Decision:
+    values = {
+        "namespace": namespace,
+        "owner_id": owner_id,
+        "expires_at": expires_at,
+        "pool": pool,
+        "via": "claim.v1",
+    }
+    return LegacyVerdict(True, "RECORDED", owner_id, expires_at, now), values
+
+
+_DECIDE: dict[str, Callable[..., Decision]] = {
+    "claim": _decide_claim,
+    "heartbeat": _decide_heartbeat,
+    "release": _decide_release,
+    "complete": _decide_complete,
+    "record": _decide_record,
+}
+_WRITES = {
+    "claim": ("namespace", "owner_id", "expires_at", "pool", "via"),
+    "heartbeat": ("expires_at",),
+    "release": ("owner_id", "expires_at"),
+    "complete": ("namespace", "result", "result_digest", "completed_by", "via"),
+    "record": ("namespace", "owner_id", "expires_at", "pool", "via"),
+}
+
+
+def _insert_absent(rows: list[LegacyClaim]) -> set[str]:
+    """Insert rows that did not exist when locked, skipping any another transaction inserted since: the task_ids
+    skipped (decided again by the caller)."""
+    if not rows:
+        return set()
+    fields = _fields(("task_id", "updated_at", *_COLUMNS))
+    values = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(rows))
+    params = [
+        field.get_db_prep_save(getattr(row, field.attname), connection) for row in rows for field in fields
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {LegacyClaim._meta.db_table} ({', '.join(f.column for f in fields)}) VALUES {values} "
+            "ON CONFLICT (task_id) DO NOTHING RETURNING task_id",
+            params,
+        )
+        inserted = {row[0] for row in cursor.fetchall()}
+    return {row.task_id for row in rows} - inserted
 
 
 def _not_owner(row: LegacyClaim | None, now: datetime) -> LegacyVerdict:

@@ -17,7 +17,7 @@ from claims import services as core
 from claims.errors import ClaimError
 from claims.models import Principal, Task
 
-from ..legacy import LegacyStore, LegacyVerdict
+from ..legacy import LegacyAsk, LegacyStore, LegacyVerdict, decide
 
 CLAIM_V1 = "claim.v1"
 LEGACY = "legacy"
@@ -64,15 +64,20 @@ def refused(exc: ClaimError) -> V1Verdict:
 @dataclass(frozen=True)
 class TaskOperation:
     """One task's operation: ``name`` as legacy's history and the comparisons record it, ``accepted`` claim.v1's
-    word when it accepts. ``claims``: its gate is the carried epoch and the pause. ``commits``: legacy is asked
+    word when it accepts; ``asked`` what the legacy store is asked, ``written`` how claim.v1's decision (its
+    value) is written through to it in V1_WRITES — each a ``LegacyAsk`` the store decides with others at once
+    (``legacy.decide``). ``claims``: its gate is the carried epoch and the pause. ``commits``: legacy is asked
     only with a result to complete with (staged, or inline)."""
 
     name: str
     accepted: str
-    ask: Callable[[LegacyStore, Ask], LegacyVerdict]
-    write_through: Callable[[LegacyStore, Ask, Any], None]
+    asked: Callable[[Ask], LegacyAsk]
+    written: Callable[[Ask, Any], LegacyAsk]
     claims: bool = False
     commits: bool = False
+
+    def ask(self, store: LegacyStore, ask: Ask) -> LegacyVerdict:
+        return decide(store, [self.asked(ask)])[0]
 
     def verdict(self, value: Any) -> V1Verdict:
         """claim.v1's accepted verdict on this operation, from the core's answer."""
@@ -88,68 +93,57 @@ class TaskOperation:
         )
 
 
-def _ask_claim(store: LegacyStore, ask: Ask) -> LegacyVerdict:
-    return store.claim(
-        task_id=ask.task_id,
-        namespace=ask.namespace,
-        owner_id=ask.owner_id,
-        ttl_seconds=ask.ttl_seconds,
-        pool=ask.principal.pool,
-        via=ask.api,
+def _claim(ask: Ask) -> LegacyAsk:
+    fields = {"namespace": ask.namespace, "owner_id": ask.owner_id, "ttl_seconds": ask.ttl_seconds}
+    return LegacyAsk("claim", {"task_id": ask.task_id, **fields, "pool": ask.principal.pool, "via": ask.api})
+
+
+def _heartbeat(ask: Ask) -> LegacyAsk:
+    return LegacyAsk(
+        "heartbeat", {"task_id": ask.task_id, "owner_id": ask.owner_id, "ttl_seconds": ask.ttl_seconds}
     )
 
 
-def _ask_heartbeat(store: LegacyStore, ask: Ask) -> LegacyVerdict:
-    return store.heartbeat(task_id=ask.task_id, owner_id=ask.owner_id, ttl_seconds=ask.ttl_seconds)
+def _release(ask: Ask) -> LegacyAsk:
+    return LegacyAsk("release", {"task_id": ask.task_id, "owner_id": ask.owner_id})
 
 
-def _ask_release(store: LegacyStore, ask: Ask) -> LegacyVerdict:
-    return store.release(task_id=ask.task_id, owner_id=ask.owner_id)
-
-
-def _ask_complete(store: LegacyStore, ask: Ask) -> LegacyVerdict:
-    return store.complete(
-        task_id=ask.task_id,
-        namespace=ask.namespace,
-        owner_id=ask.owner_id,
-        result=ask.result,
-        result_digest=ask.result_digest,
-        via=ask.api,
+def _complete(ask: Ask) -> LegacyAsk:
+    fields = {"namespace": ask.namespace, "owner_id": ask.owner_id, "result": ask.result}
+    return LegacyAsk(
+        "complete", {"task_id": ask.task_id, **fields, "result_digest": ask.result_digest, "via": ask.api}
     )
 
 
-def _held_by(store: LegacyStore, ask: Ask, value: Any) -> None:
+def _held_by(ask: Ask, value: Any) -> LegacyAsk:
     """A claim or renew claim.v1 granted: the legacy row names its owner and expiry."""
     task: Task = getattr(value, "task", value)
-    store.record_claim(
-        task_id=ask.task_id,
-        namespace=ask.namespace,
-        owner_id=task.owner_id or "",
-        expires_at=task.lease_expires_at,
-        pool=ask.principal.pool,
+    fields = {
+        "namespace": ask.namespace,
+        "owner_id": task.owner_id or "",
+        "expires_at": task.lease_expires_at,
+    }
+    return LegacyAsk("record", {"task_id": ask.task_id, **fields, "pool": ask.principal.pool})
+
+
+def _let_go(ask: Ask, value: Any) -> LegacyAsk:
+    return LegacyAsk(
+        "record", {"task_id": ask.task_id, "namespace": ask.namespace, "owner_id": "", "expires_at": None}
     )
 
 
-def _let_go(store: LegacyStore, ask: Ask, value: Any) -> None:
-    store.record_claim(task_id=ask.task_id, namespace=ask.namespace, owner_id="", expires_at=None)
-
-
-def _completed(store: LegacyStore, ask: Ask, value: Any) -> None:
+def _completed(ask: Ask, value: Any) -> LegacyAsk:
     """A commit claim.v1 accepted: legacy's row completed with the canonical result."""
-    store.complete(
-        task_id=ask.task_id,
-        namespace=ask.namespace,
-        owner_id=ask.principal.owner_id,
-        result=value.result,
-        result_digest=value.result_digest,
-        via=CLAIM_V1,
+    fields = {"namespace": ask.namespace, "owner_id": ask.principal.owner_id, "result": value.result}
+    return LegacyAsk(
+        "complete", {"task_id": ask.task_id, **fields, "result_digest": value.result_digest, "via": CLAIM_V1}
     )
 
 
-CLAIM = TaskOperation("claim", "CLAIMED", _ask_claim, _held_by, claims=True)
-RENEW = TaskOperation("renew", "RENEWED", _ask_heartbeat, _held_by)
-RELEASE = TaskOperation("release", "RELEASED", _ask_release, _let_go)
-COMMIT = TaskOperation("commit", "COMMITTED", _ask_complete, _completed, commits=True)
+CLAIM = TaskOperation("claim", "CLAIMED", _claim, _held_by, claims=True)
+RENEW = TaskOperation("renew", "RENEWED", _heartbeat, _held_by)
+RELEASE = TaskOperation("release", "RELEASED", _release, _let_go)
+COMMIT = TaskOperation("commit", "COMMITTED", _complete, _completed, commits=True)
 
 # The legacy protocol's own operations: the same decisions, under the names legacy's binaries use.
 LEGACY_OPERATIONS = {
@@ -232,3 +226,41 @@ def ask_of(
         result=result,
         result_digest=data.get("result_digest", ""),
     )
+
+
+# --- how an answer where legacy decided is built ---------------------------------------------------------------
+
+
+def extras(each: TaskOperation, v1: V1Verdict, verdict: LegacyVerdict) -> dict[str, Any]:
+    """What the accepted answer adds to the task view: a commit's ids where claim.v1 committed too, a renew's
+    expiry as legacy set it."""
+    if each.commits and v1.accepted:
+        extra = {"result_commit_id": v1.value.result_commit_id, "unblocked": v1.value.unblocked}
+        if v1.value.staged_result_id is not None:
+            extra["staged_result_id"] = v1.value.staged_result_id
+        return extra
+    if each.name == "renew":
+        return {"lease_expires_at": verdict.expires_at}
+    return {}
+
+
+def view(task_id: str, v1: V1Verdict, mismatch_id: int | None, task: Any = None) -> dict[str, Any]:
+    """claim.v1's view of the task after judging in shadow (claim fields null where it refused)."""
+    task = task or getattr(v1.value, "task", v1.value)
+    if not isinstance(task, Task):
+        task = Task.objects.get(pk=task_id)
+    granted = v1.accepted and v1.word == "CLAIMED"
+    return {
+        "task_id": task.task_id,
+        "input": task.input,
+        "input_digest": task.input_digest,
+        "state_version": task.state_version,
+        "attempt_id": v1.value.attempt_id if granted else None,
+        "scheduler_epoch": task.scheduler_epoch if granted else None,
+        "claim_generation": task.claim_generation if granted else None,
+        "cancel_generation": task.cancel_generation,
+        "lease_expires_at": task.lease_expires_at if granted else None,
+        "fences": getattr(v1.value, "fences", {}) if granted else {},
+        "decided_by": "legacy",
+        "shadow": {"verdict": v1.word, "reason": v1.reason or v1.word, "mismatch_id": mismatch_id},
+    }

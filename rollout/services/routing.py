@@ -36,16 +36,28 @@ from typing import Any, TypeVar
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
-from claims import interleave
+from claims import clock, interleave
 from claims import services as core
 from claims.errors import ClaimError, Conflict, Forbidden, InvalidTransition, NotFound
 from claims.models import Attempt, Namespace, Principal, StagedResult, Task
 
-from ..legacy import LegacyVerdict, legacy_store
+from ..legacy import LegacyVerdict, decide, legacy_store
 from ..models import Stage
 from ..selectors import rollout_state as state_of
 from .errors import LegacyRefused, StageNotOpen
-from .operations import CLAIM_V1, LEGACY, ROUTES, Ask, Route, TaskOperation, V1Verdict, ask_of, refused
+from .operations import (
+    CLAIM_V1,
+    LEGACY,
+    ROUTES,
+    Ask,
+    Route,
+    TaskOperation,
+    V1Verdict,
+    ask_of,
+    extras,
+    refused,
+    view,
+)
 from .shadow import Records, compare, record_legacy
 from .state import hold_for_decision, stage_for
 from .workers import protocol_too_old, refused_registrations
@@ -121,24 +133,33 @@ class _StageHook(core.Guard):
         if stage == Stage.V1_ONLY:
             return
         interleave.reach("routing.settling")
-        each, store, records = self.route.each, legacy_store(), Records()
+        each, records = self.route.each, Records()
         decided_here = self.route.decided(self.task_id, self.data, value)
+        accepted = [
+            (ask_of(each, self.principal, task_id, ns.name, data, decided), decided)
+            for task_id, data, decided in decided_here
+            if not isinstance(decided, ClaimError)
+        ]
+        if stage == Stage.V1_WRITES:
+            decide(legacy_store(), [each.written(ask, decided) for ask, decided in accepted])
+            return
         views = _views_after_commits(each, stage, decided_here)
-        for task_id, data, decided in decided_here:
-            if isinstance(decided, ClaimError):  # a batch commit's refused item
-                if isinstance(decided, Conflict) and stage in LEGACY_DECIDES:
-                    self._refused_item(each, ns, task_id, data, decided, records)
-                continue
-            ask = ask_of(each, self.principal, task_id, ns.name, data, decided)
-            if stage == Stage.V1_WRITES:
-                each.write_through(store, ask, decided)
-                continue
-            verdict = _legacy_decision(each, ask, records)
+        verdicts = _legacy_decisions(each, [ask for ask, _ in accepted], records)
+        for (ask, decided), verdict in zip(accepted, verdicts, strict=True):
             if not verdict.accepted and self.unwind_on_legacy_refusal:
                 raise _Unwind()
-            self.legacy[task_id] = _compared(
-                each, ask, verdict, each.verdict(decided), records, same_result=True, task=views.get(task_id)
+            self.legacy[ask.task_id] = _compared(
+                each,
+                ask,
+                verdict,
+                each.verdict(decided),
+                records,
+                same_result=True,
+                task=views.get(ask.task_id),
             )
+        for task_id, data, decided in decided_here:  # a batch commit's refused items
+            if isinstance(decided, Conflict):
+                self._refused_item(each, ns, task_id, data, decided, records)
         records.send()
 
     def _refused_item(
@@ -229,12 +250,18 @@ def _views_after_commits(each: TaskOperation, stage: str, decided: list[Any]) ->
 
 
 def _legacy_decision(each: TaskOperation, ask: Ask, records: Records) -> LegacyVerdict:
-    """Legacy's decision on one task, recorded in its history, inside the caller's transaction (the legacy row
-    is the last lock it takes; its clock is read after that lock)."""
-    verdict = each.ask(legacy_store(), ask)
-    assert verdict.at is not None, "a legacy store reports the clock it decided on"
-    record_legacy(ask.namespace, ask.task_id, each.name, ask.api, ask.owner_id, verdict, verdict.at, records)
-    return verdict
+    return _legacy_decisions(each, [ask], records)[0]
+
+
+def _legacy_decisions(each: TaskOperation, asks: list[Ask], records: Records) -> list[LegacyVerdict]:
+    """Legacy's decisions on the tasks asked — at once where the store can (``legacy.decide``) — each recorded in
+    its history, inside the caller's transaction (the legacy rows are the last locks it takes; the store reads its
+    clock after them)."""
+    verdicts = decide(legacy_store(), [each.asked(ask) for ask in asks]) if asks else []
+    for ask, verdict in zip(asks, verdicts, strict=True):
+        at = verdict.at or clock.now()
+        record_legacy(ask.namespace, ask.task_id, each.name, ask.api, ask.owner_id, verdict, at, records)
+    return verdicts
 
 
 def _compared(
@@ -260,45 +287,10 @@ def _compared(
         same_result=same_result,
         records=records,
     )
-    fields = _view(ask.task_id, v1, mismatch.id if mismatch else None, task)
+    fields = view(ask.task_id, v1, mismatch.id if mismatch else None, task)
     if verdict.accepted:
-        fields = {"outcome": each.accepted, **fields, **_extras(each, v1, verdict)}
+        fields = {"outcome": each.accepted, **fields, **extras(each, v1, verdict)}
     return Routed(LEGACY, v1.value, fields, legacy=verdict)
-
-
-def _extras(each: TaskOperation, v1: V1Verdict, verdict: LegacyVerdict) -> dict[str, Any]:
-    """What the accepted answer adds to the task view: a commit's ids where claim.v1 committed too, a renew's
-    expiry as legacy set it."""
-    if each.commits and v1.accepted:
-        extra = {"result_commit_id": v1.value.result_commit_id, "unblocked": v1.value.unblocked}
-        if v1.value.staged_result_id is not None:
-            extra["staged_result_id"] = v1.value.staged_result_id
-        return extra
-    if each.name == "renew":
-        return {"lease_expires_at": verdict.expires_at}
-    return {}
-
-
-def _view(task_id: str, v1: V1Verdict, mismatch_id: int | None, task: Any = None) -> dict[str, Any]:
-    """claim.v1's view of the task after judging in shadow (claim fields null where it refused)."""
-    task = task or getattr(v1.value, "task", v1.value)
-    if not isinstance(task, Task):
-        task = Task.objects.get(pk=task_id)
-    granted = v1.accepted and v1.word == "CLAIMED"
-    return {
-        "task_id": task.task_id,
-        "input": task.input,
-        "input_digest": task.input_digest,
-        "state_version": task.state_version,
-        "attempt_id": v1.value.attempt_id if granted else None,
-        "scheduler_epoch": task.scheduler_epoch if granted else None,
-        "claim_generation": task.claim_generation if granted else None,
-        "cancel_generation": task.cancel_generation,
-        "lease_expires_at": task.lease_expires_at if granted else None,
-        "fences": getattr(v1.value, "fences", {}) if granted else {},
-        "decided_by": "legacy",
-        "shadow": {"verdict": v1.word, "reason": v1.reason or v1.word, "mismatch_id": mismatch_id},
-    }
 
 
 def _legacy_refusal(decided: Routed) -> LegacyRefused:
