@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils.module_loading import import_string
 
-from claims import clock
+from claims import clock, interleave
 
 from .models import LegacyClaim
 
@@ -155,6 +155,7 @@ class DjangoLegacyStore:
             for name, value in {**values, "updated_at": now}.items():
                 setattr(target, name, value)
             (updates if row is not None else inserts).append(target)
+        interleave.reach("legacy_store.decided")
         if updates:
             names = sorted({name for ask in asks for name in _WRITES[ask.kind]} | {"updated_at"})
             LegacyClaim.objects.bulk_update(updates, names)

@@ -512,3 +512,30 @@ def test_an_advance_committed_while_legacys_decision_waits_for_the_lock_reroutes
     assert "decided_by" not in answer  # claim.v1 decided: the stage is V1_WRITES
     assert not ComparedOperation.objects.filter(namespace=namespace).exists()
     assert LegacyClaim.objects.get(pk=task_id).owner_id == "router-f"
+
+
+# --- the legacy store: a row absent when locked, inserted by another transaction before the write ---------------
+
+
+@pytest.mark.postgres
+def test_a_legacy_claim_whose_row_another_claim_inserted_meanwhile_is_decided_again_and_refused(operator):
+    """Issue 22: the store decides on the rows it locked; a task with no row yet has nothing to lock, so a second
+    claim can insert the row between this one's read and its write. The INSERT skips a row that exists and the
+    skipped task is decided again on the row it can now lock — HELD — instead of a second grant (or a 500)."""
+    namespace = _ns(operator, "legacy-insert-race", "LEGACY")
+    task_id = operator.create(namespace=namespace).json()["task_id"]
+    first, second = make_actor("legacy-first", "worker"), make_actor("legacy-second", "worker")
+
+    claimed, interloped = _overtaken(
+        "legacy_store.decided",
+        lambda: _legacy(first, task_id, "claim", ttl_seconds=60),
+        lambda: _legacy(second, task_id, "claim", ttl_seconds=60),
+    )
+
+    assert interloped.status_code == 200, interloped.json()
+    assert claimed.status_code == 409 and claimed.json()["outcome"] == "HELD", claimed.json()
+    assert LegacyClaim.objects.get(pk=task_id).owner_id == "legacy-second"
+    verdicts = list(
+        LegacyEvent.objects.filter(task_id=task_id).order_by("id").values_list("owner_id", "verdict")
+    )
+    assert verdicts == [("legacy-second", "GRANTED"), ("legacy-first", "HELD")]
