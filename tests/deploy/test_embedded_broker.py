@@ -7,6 +7,7 @@ applied once, and no worker dies on its own (the filesystem broker's JSONDecodeE
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -74,6 +75,7 @@ class Jobs:
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # the embedded beat runs in a child process: stop() ends the whole group
         )
         self.procs.append(proc)
         assert wait_for(lambda: "ready." in self.log() or proc.poll() is not None, 60), self.log()
@@ -83,10 +85,18 @@ class Jobs:
         return "\n".join(p.read_text() for p in sorted(self.var.glob("worker-*.log")))
 
     def stop(self) -> None:
+        """Every worker's process group — a worker SIGKILLed mid-job leaves its embedded beat behind otherwise, still
+        running beat's jobs after the test (seen: a leftover beat process busy long after the suite ended)."""
         for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
                 proc.wait(20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
 
 
 @pytest.mark.timeout(300)
