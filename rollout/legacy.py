@@ -143,7 +143,7 @@ class DjangoLegacyStore:
         }
         now = clock.now()  # read after the rows' locks
         verdicts: list[LegacyVerdict] = []
-        updates: list[LegacyClaim] = []
+        updates: list[tuple[LegacyClaim, dict[str, Any]]] = []
         inserts: list[LegacyClaim] = []
         for ask in asks:
             row = rows.get(ask.fields["task_id"])
@@ -151,14 +151,16 @@ class DjangoLegacyStore:
             verdicts.append(verdict)
             if values is None:
                 continue
+            values["updated_at"] = now
             target = row if row is not None else LegacyClaim(task_id=ask.fields["task_id"])
-            for name, value in {**values, "updated_at": now}.items():
+            for name, value in values.items():
                 setattr(target, name, value)
-            (updates if row is not None else inserts).append(target)
+            if row is not None:
+                updates.append((row, values))
+            else:
+                inserts.append(target)
         interleave.reach("legacy_store.decided")
-        if updates:
-            names = sorted({name for ask in asks for name in _WRITES[ask.kind]} | {"updated_at"})
-            LegacyClaim.objects.bulk_update(updates, names)
+        _update(updates)
         lost = _insert_absent(inserts)
         if lost:
             redo = [ask for ask in asks if ask.fields["task_id"] in lost]
@@ -239,13 +241,16 @@ _DECIDE: dict[str, Callable[..., Decision]] = {
     "complete": _decide_complete,
     "record": _decide_record,
 }
-_WRITES = {
-    "claim": ("namespace", "owner_id", "expires_at", "pool", "via"),
-    "heartbeat": ("expires_at",),
-    "release": ("owner_id", "expires_at"),
-    "complete": ("namespace", "result", "result_digest", "completed_by", "via"),
-    "record": ("namespace", "owner_id", "expires_at", "pool", "via"),
-}
+
+
+def _update(updates: list[tuple[LegacyClaim, dict[str, Any]]]) -> None:
+    """The rows that existed, written: one UPDATE (several rows: one statement, a CASE per column)."""
+    if len(updates) == 1:
+        row, values = updates[0]
+        LegacyClaim.objects.filter(pk=row.pk).update(**values)
+    elif updates:
+        names = sorted({name for _, values in updates for name in values})
+        LegacyClaim.objects.bulk_update([row for row, _ in updates], names)
 
 
 def _insert_absent(rows: list[LegacyClaim]) -> set[str]:

@@ -22,7 +22,7 @@ from rest_framework.views import APIView
 from claims import apis as core_apis
 from claims import batch_apis as core_batch_apis
 from claims import serializers as core_s
-from claims.apis import AuthedRequest, error_responses, paginated, parsed
+from claims.apis import AuthedRequest, error_responses, paginated, parsed, rendered
 from claims.permissions import AnyRole, IsTaskCreator, IsWorker
 
 from . import selectors
@@ -85,7 +85,7 @@ def routed_answer(
     routed = routing.route(operation, principal=principal, task_id=task_id, data=data)
     if routed.decided_by == routing.CLAIM_V1:
         return core_body(routed.value)
-    return s.LegacyDecidedOut(routed.fields).data
+    return rendered(s.LegacyDecidedOut, routed.fields)
 
 
 def _documented(operation_id: str, request: type, out: type, description: str) -> Any:
@@ -177,7 +177,7 @@ class ClaimNextApi(core_apis.ClaimNextApi):
 def _claim_answer(routed: routing.Routed) -> dict[str, Any]:
     if routed.decided_by == routing.CLAIM_V1:
         return core_apis.claim_body(routed.value)
-    return s.LegacyDecidedOut(routed.fields).data
+    return rendered(s.LegacyDecidedOut, routed.fields)
 
 
 @extend_schema_view(
@@ -224,7 +224,7 @@ class CommitsApi(core_batch_apis.CommitsApi):
     def together(self, principal: Any, items: list[tuple[str, dict[str, Any]]]) -> dict[int, Any]:
         answers = routing.route("commits", principal=principal, data={"items": items})
         return {
-            index: s.LegacyDecidedOut(answer).data if isinstance(answer, dict) else answer
+            index: rendered(s.LegacyDecidedOut, answer) if isinstance(answer, dict) else answer
             for index, answer in answers.items()
         }
 
