@@ -22,8 +22,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 PINNED = {
     # stage: claim, renew, commit, release, claim-next, task read. The claim is the token's first request (its
     # lookup: 1); later requests find it remembered (claims/auth.py).
-    # V1_ONLY is the fast path (issue 12): the core's transaction with the rollout's guard read under its lock —
-    # BEGIN, lock, guard, the writes, COMMIT — nothing read before it.
+    # V1_ONLY (issue 12; since issue 22 every stage takes this one path): the core's transaction with the stage
+    # hook's read under its lock — BEGIN, lock, the hook's read, the writes, COMMIT — nothing read before it.
     "V1_ONLY": (7, 5, 6, 8, 6, 1),
     # One transaction in every stage (issue 22). SHADOW's commit: BEGIN, lock task + namespace, the stage hook's
     # read, flip the staged row, task + attempt + event; then legacy: its row FOR UPDATE, the clock after it, its

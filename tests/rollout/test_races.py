@@ -491,7 +491,7 @@ def _decided_while_the_stage_changes(request, namespace: str, to_stage: str, *, 
 def test_a_rollback_committed_while_the_fast_path_waits_for_the_lock_is_written_through(operator):
     _, worker, namespace, task_id = _routed_setup(operator, "fast-rolled-back", "V1_ONLY", "router-e")
 
-    # the fast path's guard reads the stage under the lock: V1_WRITES, so claim.v1's grant goes to legacy too
+    # the stage hook reads the stage under the lock: V1_WRITES, so claim.v1's grant goes to legacy too
     claimed = _decided_while_the_stage_changes(lambda: worker.claim(task_id), namespace, "V1_WRITES")
 
     assert claimed.status_code == 200, claimed.json()
