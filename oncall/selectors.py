@@ -47,7 +47,8 @@ class Lease:
     via: str  # "claim.v1" | "legacy"
 
 
-def _live_tasks(namespace: Namespace, now: datetime) -> Any:
+def live_tasks(namespace: Namespace, now: datetime) -> Any:
+    """The namespace's tasks whose claim.v1 lease is live: claimed, unexpired, granted in the current epoch."""
     return Task.objects.filter(
         namespace=namespace,
         state=TaskState.CLAIMED,
@@ -60,7 +61,7 @@ def live_leases(namespace: Namespace, *, pool: str | None = None, now: datetime 
     """The namespace's live leases — of one pool or all. The one definition the drain, its gate and the Pools page
     count: as many as the live work, whatever the history."""
     now = now or clock.now()
-    attempts = Attempt.objects.filter(attempt_id__in=_live_tasks(namespace, now).values("attempt_id"))
+    attempts = Attempt.objects.filter(attempt_id__in=live_tasks(namespace, now).values("attempt_id"))
     if pool is not None:
         attempts = attempts.filter(pool=pool)
     leases = [
@@ -77,7 +78,7 @@ def drain_counts(
     one pool or all."""
     now = now or clock.now()
     leases = live_leases(namespace, pool=pool, now=now)
-    live_attempts = Attempt.objects.filter(attempt_id__in=_live_tasks(namespace, now).values("attempt_id"))
+    live_attempts = Attempt.objects.filter(attempt_id__in=live_tasks(namespace, now).values("attempt_id"))
     if pool is not None:
         live_attempts = live_attempts.filter(pool=pool)
     unknown = Effect.objects.filter(namespace=namespace, state=EffectState.UNKNOWN)

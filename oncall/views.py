@@ -23,7 +23,7 @@ from claims.ui import acting, bar_chart, report, role_required
 
 from . import selectors
 from . import services as oncall
-from .extensions import facts_of
+from .extensions import pages_of
 from .tasks import fence_epoch
 
 
@@ -33,9 +33,8 @@ def _ctx(request: HttpRequest, **extra) -> dict:
 
 def home_of(ns: str) -> str:
     """A namespace's page: the one an installed app names first (the rollout's), else its incident page."""
-    namespace = Namespace.objects.filter(name=ns).first()
-    links = facts_of(namespace, clock.now())["links"] if namespace else []
-    return links[0]["href"] if links else reverse("console:incident", args=[ns])
+    pages = pages_of(ns)
+    return pages[0]["href"] if pages else reverse("console:incident", args=[ns])
 
 
 @role_required("viewer")

@@ -9,9 +9,9 @@ from typing import Any
 
 from django.urls import reverse
 
-from claims.models import Namespace, Task, TaskState
+from claims.models import Namespace
 from oncall import extensions
-from oncall.selectors import Lease, age_seconds
+from oncall.selectors import Lease, age_seconds, live_tasks
 
 from . import selectors
 from .legacy import legacy_store
@@ -35,25 +35,22 @@ def rollout_facts(namespace: Namespace, now: datetime) -> dict[str, Any]:
         "mismatches": Mismatch.objects.filter(
             namespace=namespace.name, status__in=[MismatchStatus.OPEN, MismatchStatus.BUG]
         ).count(),
-        "links": [
-            {"label": "rollout", "href": reverse("console:rollout", args=[namespace.name])},
-            {"label": "mismatches", "href": reverse("console:mismatches", args=[namespace.name])},
-        ],
     }
+
+
+@extensions.namespace_pages
+def rollout_pages(name: str) -> list[dict[str, str]]:
+    return [
+        {"label": "rollout", "href": reverse("console:rollout", args=[name])},
+        {"label": "mismatches", "href": reverse("console:mismatches", args=[name])},
+    ]
 
 
 @extensions.extra_leases
 def legacy_leases(namespace: Namespace, now: datetime, pool: str | None) -> list[Lease]:
     """Legacy-API claims, once: not claim.v1's own decisions written through, and not a claim that also lives in
     claim.v1 as the same owner's live attempt (imported on entering SHADOW, or mirrored) — counted there."""
-    v1_holders = set(
-        Task.objects.filter(
-            namespace=namespace,
-            state=TaskState.CLAIMED,
-            lease_expires_at__gt=now,
-            scheduler_epoch=namespace.scheduler_epoch,
-        ).values_list("task_id", "owner_id")
-    )
+    v1_holders = set(live_tasks(namespace, now).values_list("task_id", "owner_id"))
     return [
         Lease(namespace.name, row.task_id, row.owner_id, row.pool, "legacy")
         for row in legacy_store().live_claims(namespace=namespace.name, now=now, pool=pool)
