@@ -48,6 +48,7 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=300)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--sort", default="tottime", help="pstats order: tottime, cumulative")
+    parser.add_argument("--dump", help="also write the raw profile here (for pstats' callers and callees)")
     parser.add_argument("--inline", action="store_true", help="commit with the result inline (claim.v1 §9)")
     parser.add_argument(
         "--batch", type=int, default=0, help="claim N in one request and commit them in one (claim.v1 §9)"
@@ -148,7 +149,7 @@ def main() -> None:
         timed("commit", f"/tasks/{claim['task_id']}/commit", body)
 
     cycle = batch_cycle if args.batch else single_cycle
-    for _ in range(10):  # warm up: imports, caches, the first connection
+    for _ in range(int(os.environ.get("WARM", 10))):  # warm up: imports, caches, the first connection
         cycle()
     timers.clear()
     walls.clear()
@@ -170,6 +171,8 @@ def main() -> None:
     for _ in range(args.cycles):
         cycle()
     profiler.disable()
+    if args.dump:
+        profiler.dump_stats(args.dump)
     print(f"\nthen {args.cycles} cycles under cProfile, by own time:")
     out = io.StringIO()
     pstats.Stats(profiler, stream=out).sort_stats(args.sort).print_stats(args.top)

@@ -229,11 +229,29 @@ def _in_executor(fn: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
         _tidy_connections()
         try:
-            return fn(*args, **kwargs)
+            return _rendered(fn(*args, **kwargs))
         finally:
             _tidy_connections()
 
     return run
+
+
+def _rendered(response: Any) -> Any:
+    """A response that renders late (DRF's) rendered here, in the executor's thread, and handed on as a plain
+    HttpResponse. Django's async handler renders every response that still has a ``render`` in a thread of the
+    request's own (``sync_to_async(thread_sensitive=True)``): one more thread hand-off per request, ~4 % of a
+    server process's time on the batched worker path (docs/benchmarks.md). None of the middleware has a
+    ``process_template_response`` to run before it."""
+    if not callable(getattr(response, "render", None)):
+        return response
+    response.render()
+    plain = HttpResponse(
+        response.content, status=response.status_code, reason=response.reason_phrase, headers=response.headers
+    )
+    plain.cookies = response.cookies
+    if hasattr(response, "claim_wait"):
+        plain.claim_wait = response.claim_wait  # type: ignore[attr-defined]
+    return plain
 
 
 async def _run(request: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

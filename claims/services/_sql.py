@@ -12,8 +12,10 @@ Everything here runs inside the calling service's transaction; locks are named b
 
 from __future__ import annotations
 
+from datetime import datetime
 from functools import cache
 from typing import Any
+from uuid import UUID
 
 from django.db import DEFAULT_DB_ALIAS, connections, models
 
@@ -39,19 +41,31 @@ def _fields(model: type[models.Model]) -> dict[str, models.Field]:
 
 
 @cache
-def _plain(model: type[models.Model], attname: str) -> bool:
-    """Text, number and boolean columns take Python's value as it is on both databases."""
+def _as_is(model: type[models.Model], attname: str, vendor: str) -> frozenset[type]:
+    """The Python types column ``attname`` takes as they are: text, numbers and booleans on both databases; on
+    PostgreSQL also a UUID (a native uuid column) and an aware datetime (timestamptz) — what the field's own
+    ``get_db_prep_save`` would hand back unchanged, without its per-value checks."""
     field = _fields(model)[attname]
     if isinstance(field, models.ForeignKey):
         field = field.target_field
-    return isinstance(field, (models.CharField, models.TextField, models.IntegerField, models.BooleanField))
+    if isinstance(field, (models.CharField, models.TextField, models.IntegerField, models.BooleanField)):
+        return frozenset((str, int, bool))
+    if vendor == "postgresql" and isinstance(field, models.UUIDField):
+        return frozenset((UUID,))
+    if vendor == "postgresql" and isinstance(field, models.DateTimeField):
+        return frozenset((datetime,))
+    return frozenset()
 
 
 def prep(model: type[models.Model], attname: str, value: Any, db: Any = None) -> Any:
     """``value`` as the database stores column ``attname`` (a UUID as hex on SQLite, JSON adapted, …)."""
-    if value is None or (type(value) in (str, int, bool) and _plain(model, attname)):
+    db = db or _db()
+    if value is None or (
+        type(value) in _as_is(model, attname, db.vendor)
+        and (type(value) is not datetime or value.tzinfo is not None)  # a naive one gets Django's warning
+    ):
         return value
-    return _fields(model)[attname].get_db_prep_save(value, db or _db())
+    return _fields(model)[attname].get_db_prep_save(value, db)
 
 
 @cache
@@ -111,7 +125,7 @@ def _insert_arrays_sql(model: type[models.Model], attnames: tuple[str, ...]) -> 
     """PostgreSQL: the rows as one array per column, unnested in order — a statement whose text does not grow
     with the rows (so it is parsed once, by psycopg and by PostgreSQL's plan cache alike)."""
     columns = ", ".join(_column(model, name, "postgresql") for name in attnames)
-    arrays = ", ".join(f"%s::{_array_type(model, name)}" for name in attnames)
+    arrays = ", ".join(f"%b::{_array_type(model, name)}" for name in attnames)
     return f"INSERT INTO {model._meta.db_table} ({columns}) SELECT * FROM unnest({arrays})"
 
 
@@ -122,7 +136,7 @@ def _update_arrays_sql(
     """PostgreSQL: UPDATEs of one shape as one, each row's values and keys an element of per-column arrays."""
     keys = [name for name, is_null in where if not is_null]
     names = [f"s{i}" for i in range(len(attnames))] + [f"k{i}" for i in range(len(keys))]
-    arrays = ", ".join(f"%s::{_array_type(model, name)}" for name in [*attnames, *keys])
+    arrays = ", ".join(f"%b::{_array_type(model, name)}" for name in [*attnames, *keys])
     table = model._meta.db_table
     assignments = ", ".join(
         f"{_column(model, name, 'postgresql')} = v.s{i}" for i, name in enumerate(attnames)

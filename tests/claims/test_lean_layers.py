@@ -1,0 +1,98 @@
+"""The worker path's Python, made leaner without changing a byte of what a client sees: the string fields' checks
+(DRF's surrogate check by one regex search, its NUL check left to the field's own) and the late-rendering DRF
+response rendered in the executor's thread (claims/waiting.py ``_rendered``)."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.test import APIRequestFactory
+from rest_framework.views import APIView
+
+from claims import serializers as s
+from claims.waiting import _rendered
+
+
+@pytest.mark.parametrize("field", [s.identifier(), s.StrictCharField(max_length=2000, min_length=1)])
+@pytest.mark.parametrize(
+    ("text", "code_point"), [("a\ud800b", "D800"), ("\udfff", "DFFF"), ("ok-\udbff", "DBFF")]
+)
+def test_a_lone_surrogate_gets_drfs_own_message_and_code(field, text, code_point):
+    with pytest.raises(serializers.ValidationError) as refused:
+        field.run_validation(text)
+
+    (detail,) = refused.value.detail
+    assert str(detail) == f"Surrogate characters are not allowed: U+{code_point}."
+    assert detail.code == "surrogate_characters_not_allowed"
+
+
+@pytest.mark.parametrize("field", [s.task_identifier(), s.DigestField()])
+def test_a_lone_surrogate_in_a_patterned_field_is_refused_too(field):
+    with pytest.raises(serializers.ValidationError):
+        field.run_validation("a\ud800b")
+
+
+def test_nul_is_refused_by_the_fields_own_check_and_plain_text_passes():
+    field = s.identifier()
+
+    with pytest.raises(serializers.ValidationError) as refused:
+        field.run_validation("a\x00b")
+
+    assert refused.value.detail[0].code == "nul"
+    assert field.run_validation("worker-7 ✓ ünïcode") == "worker-7 ✓ ünïcode"
+
+
+class _Conflict(APIView):
+    authentication_classes: list = []
+    permission_classes: list = []
+
+    def post(self, request):
+        response = Response({"outcome": "STALE_GENERATION", "task_id": "t"}, status=409)
+        response["X-Extra"] = "kept"
+        response.claim_wait = "the wait"  # what claims.waiting reads after the view
+        return response
+
+
+def test_a_drf_response_is_handed_on_rendered_with_status_headers_body_and_wait():
+    view = _Conflict.as_view()
+    late = view(APIRequestFactory().post("/x", {}, format="json"))
+    expected_headers = dict(late.render().headers)
+    late = view(APIRequestFactory().post("/x", {}, format="json"))
+
+    plain = _rendered(late)
+
+    assert not callable(getattr(plain, "render", None))  # Django's handler has nothing left to render
+    assert plain.status_code == 409
+    assert plain.content == b'{"outcome":"STALE_GENERATION","task_id":"t"}'
+    assert dict(plain.headers) == expected_headers
+    assert plain["Content-Type"] == "application/json"
+    assert plain.claim_wait == "the wait"
+
+
+def test_prep_hands_native_values_on_as_the_field_itself_would(db):
+    import uuid
+    import warnings
+    from datetime import UTC, datetime
+
+    from django.db import connection
+
+    from claims.models import Attempt
+    from claims.services import _sql
+
+    attempt_id, now = uuid.uuid4(), datetime.now(UTC)
+    for attname, value in [
+        ("attempt_id", attempt_id),
+        ("started_at", now),
+        ("owner_id", "w"),
+        ("pool", "v1"),
+    ]:
+        field = Attempt._meta.get_field(attname)
+        assert _sql.prep(Attempt, attname, value) == field.get_db_prep_save(value, connection)
+    assert _sql.prep(Attempt, "attempt_id", str(attempt_id)) == Attempt._meta.get_field(
+        "attempt_id"
+    ).get_db_prep_save(attempt_id, connection)  # a UUID sent as text is converted, on both databases
+    with warnings.catch_warnings(record=True) as caught:  # a naive datetime still meets Django's own check
+        warnings.simplefilter("always")
+        _sql.prep(Attempt, "started_at", datetime(2026, 1, 1))
+    assert any("naive datetime" in str(w.message) for w in caught)
