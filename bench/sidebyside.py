@@ -221,24 +221,43 @@ def batch_bar(
     url: str, pg_dsn: str, *, port: int, workers: int, seconds: float, tasks: int, repeat: int
 ) -> dict:
     """Issue 22's bar, in one run: batched HTTP at N=10 and N=100 against PgQueuer at batch 1 and batch 10, the same
-    W workers, each measured ``repeat`` times in turn (so a slow minute hits every path alike); the ratios of each
-    round, and their spread."""
+    W workers. Each comparison is measured A-B-B-A (HTTP, PgQueuer, PgQueuer, HTTP, each for half of ``seconds``),
+    so that a machine growing slower or faster during the comparison weighs on both sides alike — on this shared
+    machine one path measured twice a minute apart can differ by 1.5×. ``repeat`` rounds; the ratios of each round,
+    and their spread."""
     from django.db import connections
 
     from bench import queues
 
+    half = seconds / 2
+
+    def http(batch: int, count: int) -> dict[str, Any]:
+        server = start_server(port, 2)
+        try:
+            return run_http(url, workers, half, batch, count)
+        finally:
+            stop_server(server)
+            connections.close_all()
+
+    def pgqueuer(batch: int, count: int) -> dict[str, Any]:
+        return queues.run_pgqueuer(pg_dsn, workers, half, batch, count)
+
     rounds = []
     for _ in range(repeat):
         row: dict[str, Any] = {}
-        server = start_server(port, 2)
-        try:
-            row["http_batch10"] = run_http(url, workers, seconds, 10, tasks * 3)
-            row["http_batch100"] = run_http(url, workers, seconds, 100, tasks * 6)
-        finally:
-            stop_server(server)
-        connections.close_all()
-        row["pgqueuer_b1"] = queues.run_pgqueuer(pg_dsn, workers, seconds, 1, tasks)
-        row["pgqueuer_b10"] = queues.run_pgqueuer(pg_dsn, workers, seconds, 10, tasks * 10)
+        for http_key, batch, pgq_key, pgq_batch, scale in [
+            ("http_batch10", 10, "pgqueuer_b1", 1, 3),
+            ("http_batch100", 100, "pgqueuer_b10", 10, 6),
+        ]:
+            first = http(batch, tasks * scale)
+            theirs = [pgqueuer(pgq_batch, tasks * pgq_batch), pgqueuer(pgq_batch, tasks * pgq_batch)]
+            last = http(batch, tasks * scale)
+            row[http_key] = _joined([first, last], seconds)
+            row[pgq_key] = {
+                "completed": sum(r["completed"] for r in theirs),
+                "rate": sum(r["completed"] for r in theirs) / seconds,
+                "halves": [r["rate"] for r in theirs],
+            }
         row["ratios"] = {
             "n10_over_pgqueuer_b1": row["http_batch10"]["rate"] / row["pgqueuer_b1"]["rate"],
             "n100_over_pgqueuer_b10": row["http_batch100"]["rate"] / row["pgqueuer_b10"]["rate"],
@@ -246,7 +265,23 @@ def batch_bar(
         summary = {k: v["rate"] if "rate" in v else v for k, v in row.items()}
         print(json.dumps(summary), flush=True)
         rounds.append(row)
-    return {"workers": workers, "rounds": rounds}
+    return {"workers": workers, "order": "A-B-B-A per comparison, each half of the seconds", "rounds": rounds}
+
+
+def _joined(halves: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
+    """Two HTTP measurements of one path as one: tasks, rate over their seconds together, the worse percentiles."""
+    tasks = sum(h["tasks"] for h in halves)
+    return {
+        "tasks": tasks,
+        "rate": tasks / seconds,
+        "halves": [h["rate"] for h in halves],
+        "p50_ms": max(h["p50_ms"] for h in halves),
+        "p95_ms": max(h["p95_ms"] for h in halves),
+        "errors": sum(h["errors"] for h in halves),
+        "client_cpu_s": sum(h["client_cpu_s"] for h in halves),
+        "handed_twice": sum(h["handed_twice"] for h in halves),
+        "double": sum(h["double"] for h in halves),
+    }
 
 
 def _print_bar(bar: dict) -> None:

@@ -52,7 +52,9 @@ _UNHELD = [TaskState.BLOCKED, TaskState.READY, TaskState.CANCELLED]
 
 class Task(models.Model):
     task_id = models.CharField(max_length=200, primary_key=True)
-    namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="tasks")
+    # Indexed as the first column of task_ns_created (and the frontier's): an index of its own would only be one
+    # more entry for every claim and commit to write (every task update is non-HOT), never read.
+    namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="tasks", db_index=False)
     node_id = models.CharField(max_length=200)
     input = models.JSONField()
     input_digest = models.CharField(max_length=71)
@@ -173,8 +175,10 @@ class Attempt(models.Model):
     """One claim of a task by one owner. Never reused; ``ended_at`` is set once."""
 
     attempt_id = models.UUIDField(primary_key=True, default=uuid.uuid4)
-    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="attempts")
-    namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="+")
+    # Both indexed as the first column of a composite (attempt_generation_once, attempt_ns_live): no index of their
+    # own, one entry fewer per claim and per attempt end each.
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="attempts", db_index=False)
+    namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="+", db_index=False)
     owner_id = models.CharField(max_length=200)
     pool = models.CharField(max_length=100, blank=True, default="")
     claim_generation = models.PositiveBigIntegerField()
@@ -205,11 +209,15 @@ class StagedResult(models.Model):
     """A result an attempt computed. Isolated until a commit makes it the task's one canonical result."""
 
     staged_result_id = models.UUIDField(primary_key=True, default=uuid.uuid4)
-    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="staged_results")
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="staged_results", db_index=False)
     # No database constraint: retention deletes a finished task's attempts and keeps its canonical result — the
     # record of what was committed, which a repeat of the commit answers from (services/retention.py).
     attempt = models.ForeignKey(
-        Attempt, on_delete=models.DO_NOTHING, related_name="staged_results", db_constraint=False
+        Attempt,
+        on_delete=models.DO_NOTHING,
+        related_name="staged_results",
+        db_constraint=False,
+        db_index=False,  # the first column of staged_once_per_attempt_digest
     )
     result = models.JSONField()
     result_digest = models.CharField(max_length=71)
@@ -240,6 +248,9 @@ class StagedResult(models.Model):
                 name="staged_canonical_complete",
             ),
         ]
+        # A task's staged rows (the commit's NOT_STAGED search, a repeat, retention): a plain btree, without the LIKE
+        # index PostgreSQL would add to a text foreign key's own.
+        indexes = [models.Index(fields=["task"], name="staged_task")]
 
 
 class EventKind(models.TextChoices):
@@ -281,9 +292,19 @@ class TaskEvent(models.Model):
     the rollout's mirrored legacy operations are ``"legacy"``), "" for a claim.v1 request of its own."""
 
     id = models.BigAutoField(primary_key=True)
-    namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="+", db_constraint=False)
+    # Both indexed as the first column of a composite below (event_ns_point_at, event_task_timeline): three events a
+    # task, each would write two (the task's three, with PostgreSQL's LIKE index) entries more.
+    namespace = models.ForeignKey(
+        Namespace, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
+    )
     task = models.ForeignKey(
-        Task, on_delete=models.PROTECT, related_name="events", null=True, blank=True, db_constraint=False
+        Task,
+        on_delete=models.PROTECT,
+        related_name="events",
+        null=True,
+        blank=True,
+        db_constraint=False,
+        db_index=False,
     )
     kind = models.CharField(max_length=24, choices=EventKind.choices)
     at = models.DateTimeField()

@@ -96,3 +96,44 @@ def test_prep_hands_native_values_on_as_the_field_itself_would(db):
         warnings.simplefilter("always")
         _sql.prep(Attempt, "started_at", datetime(2026, 1, 1))
     assert any("naive datetime" in str(w.message) for w in caught)
+
+
+HOT_TABLE_INDEXES = {
+    "claims_attempt": {"attempt_generation_once", "attempt_ns_live", "claims_attempt_pkey"},
+    "claims_stagedresult": {
+        "claims_stagedresult_commit_id_key",
+        "claims_stagedresult_pkey",
+        "one_canonical_commit_per_task",
+        "staged_once_per_attempt_digest",
+        "staged_task",
+    },
+    "claims_task": {
+        "claims_task_pkey",
+        "claims_task_result_commit_id_key",
+        "task_claimed_lease",
+        "task_created",
+        "task_ns_created",
+        "task_open_created",
+        "task_open_ns_created",
+        "task_ready_frontier",
+    },
+    "claims_taskevent": {"claims_taskevent_pkey", "event_at", "event_ns_point_at", "event_task_timeline"},
+}
+
+
+@pytest.mark.postgres
+def test_the_hot_tables_carry_only_the_indexes_the_product_names(db):
+    """Each index on these tables is an entry every claim, commit and event writes (a task update is non-HOT): a
+    foreign key's default index, or PostgreSQL's LIKE twin of a text key, coming back unasked fails here."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tablename, indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = ANY(%s)",
+            [list(HOT_TABLE_INDEXES)],
+        )
+        found: dict[str, set[str]] = {}
+        for table, name in cursor.fetchall():
+            found.setdefault(table, set()).add(name)
+
+    assert found == HOT_TABLE_INDEXES
