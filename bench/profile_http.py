@@ -65,7 +65,9 @@ def main() -> None:
     from claims.digest import digest
     from claims.services import token_issue
 
-    call_command("migrate", verbosity=0) if not os.environ.get("NO_MIGRATE") else None if not os.environ.get("NO_MIGRATE") else None
+    call_command("migrate", verbosity=0) if not os.environ.get("NO_MIGRATE") else None if not os.environ.get(
+        "NO_MIGRATE"
+    ) else None
     namespace = f"bench-prof-{int(time.time())}"
     seed(namespace, (2 * args.cycles + 20) * max(args.batch, 1))
     issued = token_issue(name=f"prof-{namespace}", role="worker", pool="v1")
