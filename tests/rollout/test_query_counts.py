@@ -16,6 +16,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from rollout.models import ComparedOperation, LegacyClaim
+from tests.support.races import index_names
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -143,3 +144,11 @@ def test_a_batch_is_one_transaction_in_every_stage(operator, worker_a, stage):
     if stage == "SHADOW":
         assert ComparedOperation.objects.filter(namespace=ns, agreed=True).count() == 20
         assert all(r["body"]["decided_by"] == "legacy" for r in response.json()["results"])
+
+
+def test_the_legacy_table_carries_only_the_indexes_something_reads():
+    """A legacy claim row is written at every legacy decision (SHADOW, V1_READS) and write-through (V1_WRITES):
+    the namespace's own index and the LIKE twins of the text keys were entries each time, read by nothing."""
+    assert index_names(["rollout_legacyclaim"]) == {
+        "rollout_legacyclaim": {"rollout_legacyclaim_pkey", "legacy_incomplete"}
+    }

@@ -140,3 +140,16 @@ def pg_deadlocks() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
         return cursor.fetchone()[0]
+
+
+def index_names(tables) -> dict[str, set[str]]:
+    """PostgreSQL: the indexes on each of ``tables``, by name."""
+    found: dict[str, set[str]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tablename, indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = ANY(%s)",
+            [list(tables)],
+        )
+        for table, name in cursor.fetchall():
+            found.setdefault(table, set()).add(name)
+    return found
