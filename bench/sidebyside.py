@@ -36,8 +36,17 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
 
+SERVER_ENV: dict[str, str] = {}  # what --server-settings changes for the server alone
+
+
 def start_server(port: int, processes: int) -> subprocess.Popen:
-    env = {**os.environ, "DATABASE_POOL": "true", "API_RATE_LIMIT": "", "BIND": f"127.0.0.1:{port}"}
+    env = {
+        **os.environ,
+        "DATABASE_POOL": "true",
+        "API_RATE_LIMIT": "",
+        "BIND": f"127.0.0.1:{port}",
+        **SERVER_ENV,
+    }
     env["WEB_CONCURRENCY"] = str(processes)
     server = subprocess.Popen(
         [
@@ -326,7 +335,15 @@ def main() -> None:
         help="only the batched bar: N=10 and N=100 against PgQueuer, repeated",
     )
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--server-settings",
+        default="",
+        help="the server's DJANGO_SETTINGS_MODULE (controlplane.settings.core: the product once the rollout is "
+        "removed, docs/architecture.md); default: the whole control plane",
+    )
     args = parser.parse_args()
+    if args.server_settings:
+        SERVER_ENV["DJANGO_SETTINGS_MODULE"] = args.server_settings
     dsn = os.environ.get("DATABASE_URL", "")
     if not dsn.startswith("postgres"):
         sys.exit("bench/sidebyside.py needs DATABASE_URL=postgres://… (a database of its own)")
@@ -360,6 +377,7 @@ def main() -> None:
             "seconds": args.seconds,
             "cpus": os.cpu_count(),
             "python": sys.version.split()[0],
+            "server_settings": args.server_settings or "controlplane.settings",
         }
         out.write_text(json.dumps({"meta": meta, "bar": bar}, indent=2, default=str))
         _print_bar(bar)
