@@ -192,6 +192,22 @@ else:
         },
     }
 DATABASES = {"default": _db}
+# A team's own legacy claim table, in its own database (rollout.legacy_table, docs/adopting.md): PostgreSQL or
+# MySQL/MariaDB. The control plane never migrates it (controlplane.routers) and writes only the mapped columns.
+LEGACY_DATABASE_URL = env_str("LEGACY_DATABASE_URL", "")
+if LEGACY_DATABASE_URL:
+    _legacy = dj_database_url.parse(LEGACY_DATABASE_URL, conn_max_age=60)
+    if _legacy["ENGINE"] not in ("django.db.backends.postgresql", "django.db.backends.mysql"):
+        raise ImproperlyConfigured("LEGACY_DATABASE_URL must be a postgres:// or mysql:// URL")
+    _legacy["CONN_HEALTH_CHECKS"] = True
+    if _legacy["ENGINE"] == "django.db.backends.mysql":
+        # Row locks and READ COMMITTED as on PostgreSQL: a decision reads the row it locked, as it is now.
+        _legacy.setdefault("OPTIONS", {}).update({"isolation_level": "read committed", "charset": "utf8mb4"})
+    _legacy["TEST"] = {"NAME": env_str("LEGACY_TEST_DATABASE_NAME", "") or None}
+    DATABASES["legacy"] = _legacy
+DATABASE_ROUTERS = ["controlplane.routers.LegacyDatabaseRouter"]
+# The legacy table's mapping (rollout.legacy_table.TableMapping): JSON, inline or the path of a file holding it.
+ROLLOUT_LEGACY_TABLE = env_str("ROLLOUT_LEGACY_TABLE", "")
 # The waiting claims' LISTEN (claims/waiting.py) needs a session of its own for as long as it listens: behind a
 # transaction-mode pooler (PgBouncer) point DATABASE_LISTEN_URL at PostgreSQL itself. Empty: DATABASE_URL's.
 DATABASE_LISTEN_URL = env_str("DATABASE_LISTEN_URL", "")

@@ -19,3 +19,14 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not :memory:, so that several connections (threads) see one database.
     DATABASES["default"]["TEST"] = {"NAME": str(DATABASES["default"].get("NAME")) + ".test"}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and "legacy" not in DATABASES:
+    # A team's own legacy database for the legacy table adapter's tests (tests/rollout/test_legacy_table.py), beside
+    # ours on the same server: created empty by the test run, never migrated (controlplane.routers).
+    _default = DATABASES["default"]
+    _test_name = (_default.get("TEST") or {}).get("NAME") or f"test_{_default['NAME']}"
+    DATABASES["legacy"] = {
+        **_default,
+        "OPTIONS": {k: v for k, v in _default.get("OPTIONS", {}).items() if k != "pool"},
+        "NAME": f"{_default['NAME']}_legacy",
+        "TEST": {"NAME": f"{_test_name}_legacy"},
+    }
