@@ -49,6 +49,7 @@ test: lint
 	-@scripts/install-browser.sh
 	-@scripts/install-node.sh
 	-@scripts/install-topology.sh
+	-@scripts/install-mysql-client.sh
 	$(BIN)/pytest
 	$(BIN)/pytest tests/claims tests/oncall --ds=controlplane.settings.test_core -p no:cacheprovider
 

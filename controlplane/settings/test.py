@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from importlib.util import find_spec
+
 from . import *  # noqa: F401,F403
 from .base import DATABASES, INSTALLED_APPS
-from .env import env_bool, env_int, env_list
+from .env import env_bool, env_int, env_list, env_str
 
 # A downstream receiver's guard table (claim_client.receiver, clients/python), for its tests.
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.receiver.apps.ReceiverConfig"]
@@ -30,3 +32,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and "legacy
         "NAME": f"{_default['NAME']}_legacy",
         "TEST": {"NAME": f"{_test_name}_legacy"},
     }
+if env_str("LEGACY_MYSQL_URL", "") and "legacy_mysql" not in DATABASES and find_spec("MySQLdb"):
+    # The same tests against a MariaDB/MySQL legacy database (.ci/run starts Debian's mariadb-server and sets this).
+    import dj_database_url
+
+    _mysql = dj_database_url.parse(env_str("LEGACY_MYSQL_URL"))
+    _mysql["OPTIONS"] = {"isolation_level": "read committed", "charset": "utf8mb4"}
+    _mysql["TEST"] = {"NAME": f"test_{_mysql['NAME']}"}
+    DATABASES["legacy_mysql"] = _mysql

@@ -1,12 +1,13 @@
-"""The legacy table adapter (rollout.legacy_table) over a team's own table in its own PostgreSQL database (the
-``legacy`` alias): their column names, their rows, the emulated table's semantics, decided on the row as locked
-with the legacy database's clock read after the lock, and nothing written outside the mapped columns."""
+"""The legacy table adapter (rollout.legacy_table) over a team's own table in its own database — a second PostgreSQL
+database (the ``legacy`` alias) and MariaDB (``legacy_mysql``, where LEGACY_MYSQL_URL is set, as .ci/run sets it):
+their column names, their rows, the emulated table's semantics, decided on the row as locked with the legacy
+database's clock read after the lock, and nothing written outside the mapped columns."""
 
 from __future__ import annotations
 
 import json
 import time
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -18,13 +19,68 @@ from rollout.legacy import LegacyAsk
 from rollout.legacy_table import TableLegacyStore, TableMapping
 from tests.support.races import Pause, run_in_thread
 
+ALIASES = [alias for alias in ("legacy", "legacy_mysql") if alias in connections]
 pytestmark = [
     pytest.mark.postgres,
-    pytest.mark.django_db(transaction=True, databases=["default", "legacy"]),
+    pytest.mark.django_db(transaction=True, databases=["default", *ALIASES]),
     pytest.mark.skipif(
-        "legacy" not in connections, reason="no legacy database configured (LEGACY_DATABASE_URL)"
+        not ALIASES, reason="no legacy database configured (the suite's PostgreSQL run adds one)"
     ),
 ]
+
+
+class Their:
+    """The team's database: its dialect for what the tests do there themselves."""
+
+    def __init__(self, alias: str):
+        self.alias = alias
+        self.mysql = connections[alias].vendor == "mysql"
+        self.now = "UTC_TIMESTAMP(6)" if self.mysql else "clock_timestamp()"
+
+    def sql(self, statement: str, params: list | None = None) -> list[tuple]:
+        with connections[self.alias].cursor() as cursor:
+            cursor.execute(statement, params or [])
+            return list(cursor.fetchall()) if cursor.description else []
+
+    def create_jobs(self) -> None:
+        self.sql("DROP TABLE IF EXISTS jobs")
+        if self.mysql:
+            self.sql(
+                "CREATE TABLE jobs (job_id varchar(64) PRIMARY KEY, queue varchar(64) NOT NULL, payload text NOT "
+                "NULL, locked_by varchar(200), locked_until datetime(6) NULL, output json, finished_by varchar(200))"
+            )
+        else:
+            self.sql(
+                "CREATE TABLE jobs (job_id varchar(64) PRIMARY KEY, queue text NOT NULL, payload text NOT NULL, "
+                "locked_by text, locked_until timestamptz, output jsonb, finished_by text)"
+            )
+
+    def plus(self, seconds: int) -> str:
+        """SQL for the database's clock plus ``seconds``."""
+        if self.mysql:
+            return f"{self.now} + INTERVAL {seconds} SECOND"
+        return f"{self.now} + interval '{seconds} second'"
+
+    def lock_waiters(self) -> int:
+        if self.mysql:
+            # MariaDB waits for a key lookup's row lock while still planning the statement (state "Statistics"),
+            # before InnoDB lists it as LOCK WAIT: a locking read in progress on another session is the waiter.
+            return self.sql(
+                "SELECT count(*) FROM information_schema.processlist WHERE id <> CONNECTION_ID() "
+                "AND info LIKE '%%FOR UPDATE%%'"
+            )[0][0]
+        return self.sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )[0][0]
+
+    def tables(self) -> set[str]:
+        if self.mysql:
+            return {name for (name,) in self.sql("SHOW TABLES")}
+        return {
+            name
+            for (name,) in self.sql("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+        }
+
 
 MAPPING = {
     "table": "jobs",
@@ -37,74 +93,74 @@ MAPPING = {
 }
 
 
-def sql(statement: str, params: list | None = None) -> list[tuple]:
-    with connections["legacy"].cursor() as cursor:
-        cursor.execute(statement, params or [])
-        return cursor.fetchall() if cursor.description else []
-
-
-@pytest.fixture
-def jobs():
-    """The team's table: its own names, a column the adapter must never touch (payload), three jobs."""
-    sql("DROP TABLE IF EXISTS jobs")
-    sql(
-        "CREATE TABLE jobs (job_id varchar(64) PRIMARY KEY, queue text NOT NULL, payload text NOT NULL, "
-        "locked_by text, locked_until timestamptz, output jsonb, finished_by text)"
-    )
-    sql(
+@pytest.fixture(params=ALIASES)
+def their(request):
+    db = Their(request.param)
+    db.create_jobs()
+    db.sql(
         "INSERT INTO jobs (job_id, queue, payload) VALUES ('j1', 'default', 'p1'), ('j2', 'default', 'p2'), "
         "('j3', 'other', 'p3')"
     )
-    yield TableLegacyStore(TableMapping(**MAPPING))
-    sql("DROP TABLE IF EXISTS jobs")
+    yield db
+    db.sql("DROP TABLE IF EXISTS jobs")
 
 
-def row(job_id: str) -> tuple:
-    return sql(
+@pytest.fixture
+def jobs(their):
+    """The adapter over the team's table: its own names, a column it must never touch (payload), three jobs."""
+    return TableLegacyStore(TableMapping(**MAPPING, database=their.alias))
+
+
+def aware(value):
+    return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def output_of(value):
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def row(their, job_id: str) -> tuple:
+    owner, until, output, finished_by, payload = their.sql(
         "SELECT locked_by, locked_until, output, finished_by, payload FROM jobs WHERE job_id = %s", [job_id]
     )[0]
+    return owner, aware(until), output_of(output), finished_by, payload
 
 
-def test_claim_heartbeat_release_and_complete_write_their_columns(jobs):
+def test_claim_heartbeat_release_and_complete_write_their_columns(their, jobs):
     granted = jobs.claim(task_id="j1", namespace="default", owner_id="w1", ttl_seconds=60)
     held = jobs.claim(task_id="j1", namespace="default", owner_id="w2", ttl_seconds=60)
     renewed = jobs.heartbeat(task_id="j1", owner_id="w1", ttl_seconds=120)
     not_owner = jobs.release(task_id="j1", owner_id="w2")
 
-    assert (granted.word, held.word, renewed.word, not_owner.word) == (
-        "GRANTED",
-        "HELD",
-        "RENEWED",
-        "NOT_OWNER",
-    )
-    owner, until, _, _, payload = row("j1")
+    words = (granted.word, held.word, renewed.word, not_owner.word)
+    assert words == ("GRANTED", "HELD", "RENEWED", "NOT_OWNER")
+    owner, until, _, _, payload = row(their, "j1")
     assert owner == "w1" and until == renewed.expires_at and payload == "p1"
     assert renewed.expires_at - renewed.at == timedelta(seconds=120)
 
     assert jobs.release(task_id="j1", owner_id="w1").word == "RELEASED"
-    assert row("j1")[:2] == ("", None)
+    assert row(their, "j1")[:2] == ("", None)
 
     done = jobs.complete(task_id="j1", namespace="default", owner_id="w9", result={"r": 1}, result_digest="d")
     assert done.word == "COMPLETED"  # unconditional: last write wins, as the legacy table does
-    output, finished_by, payload = row("j1")[2:]
-    assert (json.loads(output), finished_by, payload) == ({"r": 1}, "w9", "p1")
+    assert row(their, "j1")[2:] == ({"r": 1}, "w9", "p1")
 
 
-def test_a_claim_after_expiry_is_a_takeover(jobs):
-    sql("UPDATE jobs SET locked_by = 'w1', locked_until = now() - interval '1 second' WHERE job_id = 'j2'")
+def test_a_claim_after_expiry_is_a_takeover(their, jobs):
+    their.sql(f"UPDATE jobs SET locked_by = 'w1', locked_until = {their.plus(-1)} WHERE job_id = 'j2'")
 
     verdict = jobs.claim(task_id="j2", namespace="default", owner_id="w2", ttl_seconds=30)
 
-    assert verdict.word == "GRANTED" and row("j2")[0] == "w2"
+    assert verdict.word == "GRANTED" and row(their, "j2")[0] == "w2"
 
 
-def test_a_task_not_in_their_table_or_of_another_queue_is_missing_and_nothing_is_inserted(jobs):
+def test_a_task_not_in_their_table_or_of_another_queue_is_missing_and_nothing_is_inserted(their, jobs):
     absent = jobs.claim(task_id="nope", namespace="default", owner_id="w1", ttl_seconds=30)
     elsewhere = jobs.claim(task_id="j3", namespace="default", owner_id="w1", ttl_seconds=30)
 
     assert (absent.word, absent.accepted, elsewhere.word) == ("MISSING", False, "MISSING")
-    assert sql("SELECT count(*) FROM jobs") == [(3,)]
-    assert row("j3")[0] is None
+    assert their.sql("SELECT count(*) FROM jobs") == [(3,)]
+    assert row(their, "j3")[0] is None
 
 
 def test_reads_see_their_rows_as_legacy_claims(jobs):
@@ -121,7 +177,7 @@ def test_reads_see_their_rows_as_legacy_claims(jobs):
     assert jobs.live_claims(namespace="default", now=now, pool="gpu") == []
 
 
-def test_a_batch_is_decided_in_one_transaction_in_key_order(jobs):
+def test_a_batch_is_decided_in_one_transaction_in_key_order(their, jobs):
     verdicts = jobs.decide_many(
         [
             LegacyAsk("claim", {"task_id": "j2", "namespace": "default", "owner_id": "w", "ttl_seconds": 30}),
@@ -131,26 +187,25 @@ def test_a_batch_is_decided_in_one_transaction_in_key_order(jobs):
 
     assert [v.word for v in verdicts] == ["GRANTED", "GRANTED"]
     assert verdicts[0].at == verdicts[1].at  # one clock, read once after both rows' locks
-    assert row("j1")[0] == row("j2")[0] == "w"
+    assert row(their, "j1")[0] == row(their, "j2")[0] == "w"
 
 
-def test_the_decision_is_made_on_the_row_as_locked_with_the_clock_read_after_the_lock(jobs):
+def test_the_decision_is_made_on_the_row_as_locked_with_the_clock_read_after_the_lock(their, jobs):
     """A legacy worker holds j1's row (its own transaction: owned by w1 until one second from now) while the
     adapter is asked to claim j1 for w2. The adapter waits for the row; by the time it has the lock w1's expiry
     has passed, so the clock read after the lock says takeover. Read before the lock, the clock would have said
     HELD — the test fails that way."""
-    holder = connections.create_connection("legacy")
+    holder = connections.create_connection(their.alias)
     try:
         holder.set_autocommit(False)
         with holder.cursor() as cursor:
             cursor.execute(
-                "UPDATE jobs SET locked_by = 'w1', locked_until = clock_timestamp() + interval '1 second' "
-                "WHERE job_id = 'j1'"
+                f"UPDATE jobs SET locked_by = 'w1', locked_until = {their.plus(1)} WHERE job_id = 'j1'"
             )
         thread, box = run_in_thread(
             lambda: jobs.claim(task_id="j1", namespace="default", owner_id="w2", ttl_seconds=30)
         )
-        _wait_for_a_lock_waiter()
+        _wait_for_a_lock_waiter(their)
         time.sleep(1.5)  # w1's expiry passes while the adapter waits for the row
         holder.commit()
         thread.join(20)
@@ -158,22 +213,19 @@ def test_the_decision_is_made_on_the_row_as_locked_with_the_clock_read_after_the
         holder.close()
 
     assert box["value"].word == "GRANTED", box
-    assert row("j1")[0] == "w2"
+    assert row(their, "j1")[0] == "w2"
 
 
-def _wait_for_a_lock_waiter(timeout: float = 20.0) -> None:
+def _wait_for_a_lock_waiter(their, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        waiting = sql(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )[0][0]
-        if waiting:
+        if their.lock_waiters():
             return
         time.sleep(0.02)
     raise AssertionError("the adapter never waited for the row")
 
 
-def test_a_second_decision_waits_for_the_first_and_sees_its_write(jobs):
+def test_a_second_decision_waits_for_the_first_and_sees_its_write(their, jobs):
     """Two claims of one row at once: the second decides on the row the first wrote (HELD), never on the row
     as it was before the first committed."""
     pause = Pause("legacy_table.decided")
@@ -184,13 +236,13 @@ def test_a_second_decision_waits_for_the_first_and_sees_its_write(jobs):
     second, second_box = run_in_thread(
         lambda: jobs.claim(task_id="j1", namespace="default", owner_id="w2", ttl_seconds=60)
     )
-    _wait_for_a_lock_waiter()
+    _wait_for_a_lock_waiter(their)
     pause.resume()
     first.join(20)
     second.join(20)
 
     assert (first_box["value"].word, second_box["value"].word) == ("GRANTED", "HELD")
-    assert row("j1")[0] == "w1"
+    assert row(their, "j1")[0] == "w1"
 
 
 @pytest.mark.parametrize(
@@ -210,11 +262,11 @@ def test_a_bad_mapping_is_refused_with_what_to_change(mapping, says):
         TableMapping.parse(mapping)
 
 
-def test_legacy_check_passes_a_fitting_mapping_and_says_what_to_fix_otherwise(jobs, capsys):
-    call_command("legacy_check", mapping=json.dumps(MAPPING))
+def test_legacy_check_passes_a_fitting_mapping_and_says_what_to_fix_otherwise(their, jobs, capsys):
+    call_command("legacy_check", mapping=json.dumps({**MAPPING, "database": their.alias}))
     passed = capsys.readouterr().out
 
-    wrong = {**MAPPING, "owner": "owner_id", "expires": "payload"}
+    wrong = {**MAPPING, "database": their.alias, "owner": "owner_id", "expires": "payload"}
     with pytest.raises(CommandError, match="3 to fix"):
         call_command("legacy_check", mapping=json.dumps(wrong))
     fixes = capsys.readouterr().out
@@ -223,11 +275,13 @@ def test_legacy_check_passes_a_fitting_mapping_and_says_what_to_fix_otherwise(jo
     assert "FIX   owner: no column owner_id in jobs" in fixes
     assert "FIX   expires column payload is text; it must be one of: timestamp, datetime" in fixes
     assert "FIX   payload is NOT NULL, but a release clears the expiry: ALTER it to allow NULL" in fixes
-    assert sql("SELECT count(*) FROM jobs WHERE locked_by IS NOT NULL") == [(0,)]  # the check changed nothing
+    assert their.sql("SELECT count(*) FROM jobs WHERE locked_by IS NOT NULL") == [
+        (0,)
+    ]  # the check changed nothing
 
 
-def test_none_of_our_tables_is_created_in_their_database(jobs):
-    tables = {name for (name,) in sql("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
+def test_none_of_our_tables_is_created_in_their_database(their, jobs):
+    tables = their.tables()
 
     assert "jobs" in tables
     assert not {
