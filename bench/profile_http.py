@@ -48,6 +48,10 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=300)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--sort", default="tottime", help="pstats order: tottime, cumulative")
+    parser.add_argument("--warm", type=int, default=10, help="cycles run first and not counted")
+    parser.add_argument(
+        "--no-migrate", action="store_true", help="measure the schema as it is (an A/B of two migrations)"
+    )
     parser.add_argument("--dump", help="also write the raw profile here (for pstats' callers and callees)")
     parser.add_argument("--inline", action="store_true", help="commit with the result inline (claim.v1 §9)")
     parser.add_argument(
@@ -65,9 +69,8 @@ def main() -> None:
     from claims.digest import digest
     from claims.services import token_issue
 
-    call_command("migrate", verbosity=0) if not os.environ.get("NO_MIGRATE") else None if not os.environ.get(
-        "NO_MIGRATE"
-    ) else None
+    if not args.no_migrate:
+        call_command("migrate", verbosity=0)
     namespace = f"bench-prof-{int(time.time())}"
     seed(namespace, (2 * args.cycles + 20) * max(args.batch, 1))
     issued = token_issue(name=f"prof-{namespace}", role="worker", pool="v1")
@@ -151,7 +154,7 @@ def main() -> None:
         timed("commit", f"/tasks/{claim['task_id']}/commit", body)
 
     cycle = batch_cycle if args.batch else single_cycle
-    for _ in range(int(os.environ.get("WARM", 10))):  # warm up: imports, caches, the first connection
+    for _ in range(args.warm):  # warm up: imports, caches, the first connection
         cycle()
     timers.clear()
     walls.clear()

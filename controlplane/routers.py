@@ -10,14 +10,9 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS
 
 
-class LegacyDatabaseRouter:
-    def db_for_read(self, model: Any, **hints: Any) -> str | None:
-        return None  # the default database, for every model
+class DefaultDatabaseOnly:
+    """Reads and writes follow Django's default (this router has no opinion on them); migrations run on the default
+    database alone."""
 
-    def db_for_write(self, model: Any, **hints: Any) -> str | None:
-        return None
-
-    def allow_migrate(
-        self, db: str, app_label: str, model_name: str | None = None, **hints: Any
-    ) -> bool | None:
+    def allow_migrate(self, db: str, app_label: str, model_name: str | None = None, **hints: Any) -> bool:
         return db == DEFAULT_DB_ALIAS

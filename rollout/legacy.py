@@ -108,9 +108,11 @@ def decide(store: LegacyStore, asks: list[LegacyAsk]) -> list[LegacyVerdict]:
 _COLUMNS = ("namespace", "owner_id", "expires_at", "result", "result_digest", "completed_by", "via", "pool")
 
 
-class DjangoLegacyStore:
-    """The naive table on ``LegacyClaim``. Every method runs inside the caller's transaction, as one batch of one
-    (``decide_many``): the rows FOR UPDATE, then the clock, then the writes."""
+class BatchOfOne:
+    """A store that decides in batches (``decide_many``) answers each single method as a batch of one."""
+
+    def decide_many(self, asks: list[LegacyAsk]) -> list[LegacyVerdict]:
+        raise NotImplementedError
 
     def claim(self, *, task_id, namespace, owner_id, ttl_seconds, pool="", via="legacy") -> LegacyVerdict:
         return self._one("claim", locals())
@@ -130,6 +132,11 @@ class DjangoLegacyStore:
 
     def _one(self, kind: str, arguments: dict[str, Any]) -> LegacyVerdict:
         return self.decide_many([LegacyAsk(kind, {k: v for k, v in arguments.items() if k != "self"})])[0]
+
+
+class DjangoLegacyStore(BatchOfOne):
+    """The naive table on ``LegacyClaim``. Every method runs inside the caller's transaction, as one batch of one
+    (``decide_many``): the rows FOR UPDATE, then the clock, then the writes."""
 
     def decide_many(self, asks: list[LegacyAsk]) -> list[LegacyVerdict]:
         """Several tasks' operations at once (distinct tasks): their rows locked in one statement in task_id order,

@@ -37,7 +37,7 @@ from django.db import connections, transaction
 from claims import interleave
 from claims.digest import canonical_json
 
-from .legacy import _DECIDE, LegacyAsk, LegacyVerdict
+from .legacy import _DECIDE, BatchOfOne, LegacyAsk, LegacyVerdict
 from .models import LegacyClaim
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?$")
@@ -112,28 +112,13 @@ class TableMapping:
         ]
 
 
-class TableLegacyStore:
+class TableLegacyStore(BatchOfOne):
     """``rollout.legacy.LegacyStore`` over the mapped table (see the module's docstring)."""
 
     def __init__(self, mapping: TableMapping | None = None):
         self.mapping = mapping or configured_mapping()
 
-    # --- the LegacyStore methods -------------------------------------------------------------------------------
-
-    def claim(self, *, task_id, namespace, owner_id, ttl_seconds, pool="", via="legacy") -> LegacyVerdict:
-        return self._one("claim", locals())
-
-    def heartbeat(self, *, task_id, owner_id, ttl_seconds) -> LegacyVerdict:
-        return self._one("heartbeat", locals())
-
-    def release(self, *, task_id, owner_id) -> LegacyVerdict:
-        return self._one("release", locals())
-
-    def complete(self, *, task_id, namespace, owner_id, result, result_digest, via="legacy") -> LegacyVerdict:
-        return self._one("complete", locals())
-
-    def record_claim(self, *, task_id, namespace, owner_id, expires_at, pool="") -> None:
-        self._one("record", locals())
+    # --- the LegacyStore methods (claim, heartbeat, release, complete, record_claim: BatchOfOne's) --------------
 
     def get(self, *, task_id) -> LegacyClaim | None:
         rows = self._select(f"{self._q(self.mapping.key)} = %s", [task_id])
@@ -181,9 +166,6 @@ class TableLegacyStore:
         return verdicts
 
     # --- the parts -----------------------------------------------------------------------------------------------
-
-    def _one(self, kind: str, arguments: dict[str, Any]) -> LegacyVerdict:
-        return self.decide_many([LegacyAsk(kind, {k: v for k, v in arguments.items() if k != "self"})])[0]
 
     def _decide(self, row: LegacyClaim | None, now: datetime, ask: LegacyAsk) -> tuple[LegacyVerdict, dict]:
         namespace = ask.fields.get("namespace")

@@ -205,7 +205,7 @@ if LEGACY_DATABASE_URL:
         _legacy.setdefault("OPTIONS", {}).update({"isolation_level": "read committed", "charset": "utf8mb4"})
     _legacy["TEST"] = {"NAME": env_str("LEGACY_TEST_DATABASE_NAME", "") or None}
     DATABASES["legacy"] = _legacy
-DATABASE_ROUTERS = ["controlplane.routers.LegacyDatabaseRouter"]
+DATABASE_ROUTERS = ["controlplane.routers.DefaultDatabaseOnly"]
 # The legacy table's mapping (rollout.legacy_table.TableMapping): JSON, inline or the path of a file holding it.
 ROLLOUT_LEGACY_TABLE = env_str("ROLLOUT_LEGACY_TABLE", "")
 # The waiting claims' LISTEN (claims/waiting.py) needs a session of its own for as long as it listens: behind a
