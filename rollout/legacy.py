@@ -143,12 +143,7 @@ class DjangoLegacyStore(BatchOfOne):
         one clock read after those locks, each decided as its single method decides it, then one write per kind of
         write — an UPDATE of the rows that exist, an INSERT of those that do not. A row another transaction
         inserted meanwhile (the INSERT skips it) is decided again, on the row it can now lock."""
-        ids = sorted(ask.fields["task_id"] for ask in asks)
-        rows = {
-            row.task_id: row
-            for row in LegacyClaim.objects.select_for_update().filter(pk__in=ids).order_by("pk")
-        }
-        now = clock.now()  # read after the rows' locks
+        rows, now = _locked(sorted(ask.fields["task_id"] for ask in asks))
         verdicts: list[LegacyVerdict] = []
         updates: list[tuple[LegacyClaim, dict[str, Any]]] = []
         inserts: list[LegacyClaim] = []
@@ -248,6 +243,23 @@ _DECIDE: dict[str, Callable[..., Decision]] = {
     "complete": _decide_complete,
     "record": _decide_record,
 }
+
+
+def _locked(ids: list[str]) -> tuple[dict[str, LegacyClaim], datetime]:
+    """The rows FOR UPDATE in task_id order, then the clock read after their locks: one statement on PostgreSQL
+    (the locks taken in a materialised CTE, ``clock_timestamp()`` read per row as the outer query reads it — the
+    latest reading is after the last lock; the outer join gives that reading when no row exists)."""
+    if connection.vendor != "postgresql":
+        rows = LegacyClaim.objects.select_for_update().filter(pk__in=ids).order_by("pk")
+        return {row.task_id: row for row in rows}, clock.now()
+    sql = (
+        f"WITH locked AS MATERIALIZED (SELECT * FROM {LegacyClaim._meta.db_table} WHERE task_id = ANY(%s) "
+        "ORDER BY task_id FOR UPDATE) "
+        "SELECT locked.*, clock_timestamp() AS db_now FROM (VALUES (1)) one LEFT JOIN locked ON true"
+    )
+    read = list(LegacyClaim.objects.raw(sql, [ids]))
+    latest = max(getattr(row, "db_now") for row in read)  # noqa: B009 - a column raw() adds, not a field
+    return {row.task_id: row for row in read if row.task_id is not None}, clock.from_db(latest)
 
 
 def _update(updates: list[tuple[LegacyClaim, dict[str, Any]]]) -> None:

@@ -539,3 +539,44 @@ def test_a_legacy_claim_whose_row_another_claim_inserted_meanwhile_is_decided_ag
         LegacyEvent.objects.filter(task_id=task_id).order_by("id").values_list("owner_id", "verdict")
     )
     assert verdicts == [("legacy-second", "GRANTED"), ("legacy-first", "HELD")]
+
+
+@pytest.mark.postgres
+def test_the_legacy_store_decides_on_the_clock_read_after_its_row_lock():
+    """A legacy worker's transaction holds a task's row while the store is asked to claim the task for another
+    owner. Once the store waits for the row, that transaction sets the row's expiry to its own clock and commits:
+    an instant after the store began, before it holds the row. With the clock read after the lock, the expiry has
+    passed — takeover, GRANTED. With the clock read before the lock (seen failing so), it lies ahead — HELD."""
+    from django.db import DEFAULT_DB_ALIAS, connections, transaction
+    from django.utils import timezone
+
+    from rollout.legacy import DjangoLegacyStore
+
+    LegacyClaim.objects.create(
+        task_id="clock-after-lock", namespace="legacy-clock", owner_id="w1", updated_at=timezone.now()
+    )
+    holder = connections.create_connection(DEFAULT_DB_ALIAS)
+    try:
+        holder.set_autocommit(False)
+        with holder.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM rollout_legacyclaim WHERE task_id = 'clock-after-lock' FOR UPDATE")
+
+        def claim():
+            with transaction.atomic():
+                return DjangoLegacyStore().claim(
+                    task_id="clock-after-lock", namespace="legacy-clock", owner_id="w2", ttl_seconds=30
+                )
+
+        thread, box = run_in_thread(claim)
+        wait_for_lock_waiters(1)
+        with holder.cursor() as cursor:
+            cursor.execute(
+                "UPDATE rollout_legacyclaim SET expires_at = clock_timestamp() WHERE task_id = 'clock-after-lock'"
+            )
+        holder.commit()
+        thread.join(20)
+    finally:
+        holder.close()
+
+    assert box["value"].word == "GRANTED", box
+    assert LegacyClaim.objects.get(pk="clock-after-lock").owner_id == "w2"
