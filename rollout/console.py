@@ -69,6 +69,8 @@ def gate_checklist(
         row("UNKNOWN effects", str(f["unknown_effects"]), "none", not f["unknown_effects"],
             ("console:effects", ""))  # fmt: skip
         row("staged results awaiting commit", str(f["awaiting_commit"]), "none", not f["awaiting_commit"])
+        pending = f.get("legacy_writes_pending", 0)  # absent from evaluations recorded before it was counted
+        row("writes not yet in the legacy table", str(pending), "none", not pending)
         row("clean drain snapshots in a row", str(f["clean_streak"]), "at least 2", f["clean_streak"] >= 2)
         row("open mismatches", str(f["open_mismatches"]), "none", not f["open_mismatches"],
             ("console:mismatches", "status=OPEN"))  # fmt: skip
@@ -227,6 +229,7 @@ def drain_progress(namespace: str, pool: str = "", limit: int = 20) -> dict[str,
             "live leases": [snap.active_leases for snap in snaps],
             "UNKNOWN effects": [snap.unknown_effects for snap in snaps],
             "awaiting commit": [snap.awaiting_commit for snap in snaps],
+            "legacy writes pending": [snap.legacy_writes_pending for snap in snaps],
         },
         x="snapshot (UTC)",
         y="count",

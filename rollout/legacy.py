@@ -49,6 +49,10 @@ class LegacyAsk:
 
 
 class LegacyStore(Protocol):
+    # True when the table lives in another database (rollout.legacy_table): its writes cannot share our
+    # transaction, so V1_WRITES' write-through goes by rollout.LegacyWrite (services/write_through.py).
+    separate_database: bool
+
     def claim(
         self,
         *,
@@ -137,6 +141,8 @@ class BatchOfOne:
 class DjangoLegacyStore(BatchOfOne):
     """The naive table on ``LegacyClaim``. Every method runs inside the caller's transaction, as one batch of one
     (``decide_many``): the rows FOR UPDATE, then the clock, then the writes."""
+
+    separate_database = False
 
     def decide_many(self, asks: list[LegacyAsk]) -> list[LegacyVerdict]:
         """Several tasks' operations at once (distinct tasks): their rows locked in one statement in task_id order,

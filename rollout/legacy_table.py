@@ -115,6 +115,8 @@ class TableMapping:
 class TableLegacyStore(BatchOfOne):
     """``rollout.legacy.LegacyStore`` over the mapped table (see the module's docstring)."""
 
+    separate_database = True
+
     def __init__(self, mapping: TableMapping | None = None):
         self.mapping = mapping or configured_mapping()
 

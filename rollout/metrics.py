@@ -53,6 +53,14 @@ class ValidationCollector(Collector):
             if reached:
                 ratio.add_metric([point], checked / reached)
         yield ratio
+        pending = GaugeMetricFamily(
+            "rollout_legacy_writes_pending",
+            "claim.v1 decisions (V1_WRITES) not yet written through to a legacy table in another database.",
+            labels=["namespace"],
+        )
+        for name, count in selectors.legacy_writes_pending_by_namespace().items():
+            pending.add_metric([name], count)
+        yield pending
 
 
 _registered = False

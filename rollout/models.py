@@ -203,6 +203,8 @@ class DrainSnapshot(models.Model):
     active_leases = models.PositiveIntegerField()
     unknown_effects = models.PositiveIntegerField()
     awaiting_commit = models.PositiveIntegerField()
+    # claim.v1 decisions not yet written through to a legacy table in another database (rollout.LegacyWrite)
+    legacy_writes_pending = models.PositiveIntegerField(default=0)
     # ``clean`` in the database and the API; not as the attribute, which would shadow Model.clean().
     is_clean = models.BooleanField(db_column="clean")
     clean_streak = models.PositiveIntegerField()
@@ -282,4 +284,28 @@ class LegacyEvent(models.Model):
         indexes = [
             models.Index(fields=["task_id", "at"], name="legacyevent_task_at"),
             models.Index(fields=["at"], name="legacyevent_at"),  # retention, oldest first
+        ]
+
+
+class LegacyWrite(models.Model):
+    """A claim.v1 decision to be written through to a legacy table in another database (V1_WRITES, a store with
+    ``separate_database``): recorded in the decision's own transaction, so it is never lost; applied after that
+    transaction commits — at once by the request, else by the ``apply_legacy_writes`` job, retried until applied
+    (``rollout.services.write_through``). Only ``applied_at``, ``tries`` and ``error`` ever change."""
+
+    id = models.BigAutoField(primary_key=True)
+    namespace = models.CharField(max_length=100)
+    task_id = models.CharField(max_length=200)
+    kind = models.CharField(max_length=16)  # record | complete (rollout.legacy.LegacyAsk)
+    fields = models.JSONField()  # the ask's keyword arguments (an expiry as ISO text)
+    created_at = models.DateTimeField()
+    applied_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, blank=True, default="")  # the store's word when applied
+    tries = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")  # the last failed try's error
+
+    class Meta:
+        indexes = [
+            # the backlog, oldest first: what the appliers, the drain and the metric read
+            models.Index(fields=["id"], condition=Q(applied_at__isnull=True), name="legacywrite_pending"),
         ]

@@ -31,6 +31,7 @@ from .models import (
     DrainSnapshot,
     GateEvaluation,
     LegacyClaim,
+    LegacyWrite,
     Mismatch,
     MismatchStatus,
     Rollback,
@@ -318,6 +319,17 @@ def open_rollback(namespace: str) -> Rollback | None:
     return Rollback.objects.filter(namespace=namespace, finished_at__isnull=True).first()
 
 
+def legacy_writes_pending(namespace: str | None = None) -> int:
+    """claim.v1 decisions recorded for a legacy table in another database and not applied there yet."""
+    pending = LegacyWrite.objects.filter(applied_at__isnull=True)
+    return (pending.filter(namespace=namespace) if namespace is not None else pending).count()
+
+
+def legacy_writes_pending_by_namespace() -> dict[str, int]:
+    rows = LegacyWrite.objects.filter(applied_at__isnull=True).values("namespace").annotate(n=Count("id"))
+    return {row["namespace"]: row["n"] for row in rows}
+
+
 def last_snapshot(namespace: str, pool: str = "") -> DrainSnapshot | None:
     return DrainSnapshot.objects.filter(namespace=namespace, pool=pool).order_by("-taken_at", "-id").first()
 
@@ -331,11 +343,15 @@ def drain_now(namespace: Namespace, pool: str = "") -> dict[str, Any]:
             "active_leases": snapshot.active_leases,
             "unknown_effects": snapshot.unknown_effects,
             "awaiting_commit": snapshot.awaiting_commit,
+            "legacy_writes_pending": snapshot.legacy_writes_pending,
             "clean": snapshot.is_clean,
             "clean_streak": snapshot.clean_streak,
             "taken_at": snapshot.taken_at,
         }
-    counts = drain_counts(namespace, pool=pool or None)
+    counts = {
+        **drain_counts(namespace, pool=pool or None),
+        "legacy_writes_pending": legacy_writes_pending(namespace.name),
+    }
     return {
         "pool": pool or None,
         **counts,

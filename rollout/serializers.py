@@ -245,6 +245,9 @@ class SnapshotOut(serializers.Serializer):
     active_leases = serializers.IntegerField()
     unknown_effects = serializers.IntegerField()
     awaiting_commit = serializers.IntegerField()
+    legacy_writes_pending = serializers.IntegerField(
+        help_text="claim.v1 decisions not yet written through to a legacy table in another database (V1_WRITES)"
+    )
     clean = serializers.BooleanField()
     clean_streak = serializers.IntegerField()
     taken_at = serializers.DateTimeField(

@@ -12,7 +12,7 @@ from claims.locks import singleton
 from claims.models import Namespace
 
 from .models import Rollback, Stage
-from .services import jobs, stages
+from .services import jobs, stages, write_through
 from .services.retention import rollout_history_prune
 
 _RETRY = {"autoretry_for": (DatabaseError,), "retry_backoff": True, "retry_kwargs": {"max_retries": 5}}
@@ -35,6 +35,14 @@ def drain_check(namespace: str | None = None, pool: str | None = None) -> list[d
         snapshot = stages.drain_snapshot(namespace=name, pool=pool)
         out.append({"namespace": name, "clean": snapshot.is_clean, "clean_streak": snapshot.clean_streak})
     return out
+
+
+@shared_task(name="rollout.apply_legacy_writes", **_RETRY)
+def apply_legacy_writes(namespace: str | None = None) -> dict[str, Any]:
+    """Periodic: V1_WRITES' write-through to a legacy table in another database, what the requests left
+    (services/write_through.py): retried every run until applied."""
+    done = write_through.apply_pending(namespace=namespace)
+    return {"applied": done.applied, "missing": done.missing, "failed": done.failed, "errors": done.errors}
 
 
 @shared_task(name="rollout.gate_check", **_RETRY)

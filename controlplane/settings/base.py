@@ -195,14 +195,34 @@ DATABASES = {"default": _db}
 # A team's own legacy claim table, in its own database (rollout.legacy_table, docs/adopting.md): PostgreSQL or
 # MySQL/MariaDB. The control plane never migrates it (controlplane.routers) and writes only the mapped columns.
 LEGACY_DATABASE_URL = env_str("LEGACY_DATABASE_URL", "")
+# How long a decision waits for a row of the legacy table that the team's own workers hold locked, before it fails
+# cleanly (a 503; V1_WRITES' write-through is left to its job): never an unbounded wait behind their transaction.
+LEGACY_LOCK_TIMEOUT_SECONDS = env_int("LEGACY_LOCK_TIMEOUT_SECONDS", 5, minimum=1)
+
+
+def legacy_options(engine: str, options: dict | None = None) -> dict:
+    """A legacy database connection's OPTIONS: on MySQL/MariaDB row locks and READ COMMITTED as on PostgreSQL (a
+    decision reads the row it locked, as it is now); on both, LEGACY_LOCK_TIMEOUT_SECONDS as the lock wait bound."""
+    options = dict(options or {})
+    if engine == "django.db.backends.mysql":
+        options.update(
+            {
+                "isolation_level": "read committed",
+                "charset": "utf8mb4",
+                "init_command": f"SET SESSION innodb_lock_wait_timeout = {LEGACY_LOCK_TIMEOUT_SECONDS}",
+            }
+        )
+    else:
+        options["options"] = f"-c lock_timeout={LEGACY_LOCK_TIMEOUT_SECONDS * 1000}"
+    return options
+
+
 if LEGACY_DATABASE_URL:
     _legacy = dj_database_url.parse(LEGACY_DATABASE_URL, conn_max_age=60)
     if _legacy["ENGINE"] not in ("django.db.backends.postgresql", "django.db.backends.mysql"):
         raise ImproperlyConfigured("LEGACY_DATABASE_URL must be a postgres:// or mysql:// URL")
     _legacy["CONN_HEALTH_CHECKS"] = True
-    if _legacy["ENGINE"] == "django.db.backends.mysql":
-        # Row locks and READ COMMITTED as on PostgreSQL: a decision reads the row it locked, as it is now.
-        _legacy.setdefault("OPTIONS", {}).update({"isolation_level": "read committed", "charset": "utf8mb4"})
+    _legacy["OPTIONS"] = legacy_options(_legacy["ENGINE"], _legacy.get("OPTIONS"))
     _legacy["TEST"] = {"NAME": env_str("LEGACY_TEST_DATABASE_NAME", "") or None}
     DATABASES["legacy"] = _legacy
 DATABASE_ROUTERS = ["controlplane.routers.DefaultDatabaseOnly"]

@@ -41,5 +41,6 @@ CELERY_BEAT_SCHEDULE = {
     "gate-check": {"task": "rollout.gate_check", "schedule": 15.0},
     "compare-shadow": {"task": "rollout.compare_shadow", "schedule": 60.0},
     "advance-rollbacks": {"task": "rollout.advance_rollback", "schedule": 15.0},
+    "apply-legacy-writes": {"task": "rollout.apply_legacy_writes", "schedule": 5.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

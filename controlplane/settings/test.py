@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib.util import find_spec
 
 from . import *  # noqa: F401,F403
-from .base import DATABASES, INSTALLED_APPS
+from .base import DATABASES, INSTALLED_APPS, legacy_options
 from .env import env_bool, env_int, env_list, env_str
 
 # A downstream receiver's guard table (claim_client.receiver, clients/python), for its tests.
@@ -28,7 +28,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and "legacy
     _test_name = (_default.get("TEST") or {}).get("NAME") or f"test_{_default['NAME']}"
     DATABASES["legacy"] = {
         **_default,
-        "OPTIONS": {k: v for k, v in _default.get("OPTIONS", {}).items() if k != "pool"},
+        "OPTIONS": legacy_options(
+            _default["ENGINE"], {k: v for k, v in _default.get("OPTIONS", {}).items() if k != "pool"}
+        ),
         "NAME": f"{_default['NAME']}_legacy",
         "TEST": {"NAME": f"{_test_name}_legacy"},
     }
@@ -37,6 +39,6 @@ if env_str("LEGACY_MYSQL_URL", "") and "legacy_mysql" not in DATABASES and find_
     import dj_database_url
 
     _mysql = dj_database_url.parse(env_str("LEGACY_MYSQL_URL"))
-    _mysql["OPTIONS"] = {"isolation_level": "read committed", "charset": "utf8mb4"}
+    _mysql["OPTIONS"] = legacy_options(_mysql["ENGINE"])
     _mysql["TEST"] = {"NAME": f"test_{_mysql['NAME']}"}
     DATABASES["legacy_mysql"] = _mysql

@@ -44,6 +44,7 @@ from claims.models import Attempt, Namespace, Principal, StagedResult, Task
 from ..legacy import LegacyVerdict, decide, legacy_store
 from ..models import Stage
 from ..selectors import rollout_state as state_of
+from . import write_through
 from .errors import LegacyRefused, StageNotOpen
 from .operations import (
     CLAIM_V1,
@@ -141,7 +142,11 @@ class _StageHook(core.Guard):
             if not isinstance(decided, ClaimError)
         ]
         if stage == Stage.V1_WRITES:
-            decide(legacy_store(), [each.written(ask, decided) for ask, decided in accepted])
+            written, store = [each.written(ask, decided) for ask, decided in accepted], legacy_store()
+            if store.separate_database:  # in the team's own database: recorded here, applied after our commit
+                write_through.record(written, namespace=ns.name, at=ns.now)
+            else:  # the emulated table: in this transaction
+                decide(store, written)
             return
         views = _views_after_commits(each, stage, decided_here)
         verdicts = _legacy_decisions(each, [ask for ask, _ in accepted], records)

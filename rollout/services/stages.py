@@ -22,7 +22,7 @@ from claims.services import audit
 from .. import selectors
 from ..legacy import legacy_store
 from ..models import CoverageWaiver, DrainSnapshot, GateEvaluation, Rollback, Stage, StageChange
-from . import state
+from . import state, write_through
 from .errors import GateNotMet, RollbackInProgress
 
 
@@ -50,7 +50,10 @@ def _snapshot(ns: Namespace, *, pool: str | None, now: Any) -> DrainSnapshot:
     stage) are clean and at least DRAIN_INTERVAL_SECONDS apart; kept when the previous is clean but too recent;
     reset by a dirty one. The previous snapshot is locked, so two snapshots at once do not both count it."""
     with transaction.atomic(savepoint=False):
-        counts = selectors.drain_counts(ns, pool=pool, now=now)
+        counts = {
+            **selectors.drain_counts(ns, pool=pool, now=now),
+            "legacy_writes_pending": selectors.legacy_writes_pending(ns.name),
+        }
         clean = not any(counts.values())
         previous = (
             DrainSnapshot.objects.select_for_update()
@@ -159,6 +162,7 @@ def _evaluate(ns: Namespace, stage: str, *, now: Any) -> Gate | None:
             "active_leases": snapshot.active_leases,
             "unknown_effects": snapshot.unknown_effects,
             "awaiting_commit": snapshot.awaiting_commit,
+            "legacy_writes_pending": snapshot.legacy_writes_pending,
             "clean_streak": snapshot.clean_streak,
             "open_mismatches": mismatches["open"],
             "bug_mismatches": mismatches["bug"],
@@ -375,6 +379,9 @@ def advance_rollback(
     if running.step == "FENCING":
         _fence_for(running)
         running.refresh_from_db()
+    # claim.v1's decisions written through to a legacy table in another database, before legacy decides again;
+    # what cannot be applied now keeps the drain from being clean (services/write_through.py)
+    write_through.apply_pending(namespace=running.namespace)
     snapshot = drain_snapshot(namespace=running.namespace)
     if not snapshot.is_clean and not force:
         return running
@@ -409,6 +416,7 @@ def advance_rollback(
                     "active_leases": snapshot.active_leases,
                     "unknown_effects": snapshot.unknown_effects,
                     "awaiting_commit": snapshot.awaiting_commit,
+                    "legacy_writes_pending": snapshot.legacy_writes_pending,
                 }
             },
             at=hold.now,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, timedelta
+from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -16,10 +16,10 @@ from django.core.management.base import CommandError
 from django.db import connections
 
 from rollout.legacy import LegacyAsk
-from rollout.legacy_table import TableLegacyStore, TableMapping
+from rollout.legacy_table import TableMapping
+from tests.support.legacy_db import ALIASES, MAPPING, row, wait_for_a_lock_waiter
 from tests.support.races import Pause, run_in_thread
 
-ALIASES = [alias for alias in ("legacy", "legacy_mysql") if alias in connections]
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.django_db(transaction=True, databases=["default", *ALIASES]),
@@ -27,103 +27,6 @@ pytestmark = [
         not ALIASES, reason="no legacy database configured (the suite's PostgreSQL run adds one)"
     ),
 ]
-
-
-class Their:
-    """The team's database: its dialect for what the tests do there themselves."""
-
-    def __init__(self, alias: str):
-        self.alias = alias
-        self.mysql = connections[alias].vendor == "mysql"
-        self.now = "UTC_TIMESTAMP(6)" if self.mysql else "clock_timestamp()"
-
-    def sql(self, statement: str, params: list | None = None) -> list[tuple]:
-        with connections[self.alias].cursor() as cursor:
-            cursor.execute(statement, params or [])
-            return list(cursor.fetchall()) if cursor.description else []
-
-    def create_jobs(self) -> None:
-        self.sql("DROP TABLE IF EXISTS jobs")
-        if self.mysql:
-            self.sql(
-                "CREATE TABLE jobs (job_id varchar(64) PRIMARY KEY, queue varchar(64) NOT NULL, payload text NOT "
-                "NULL, locked_by varchar(200), locked_until datetime(6) NULL, output json, finished_by varchar(200))"
-            )
-        else:
-            self.sql(
-                "CREATE TABLE jobs (job_id varchar(64) PRIMARY KEY, queue text NOT NULL, payload text NOT NULL, "
-                "locked_by text, locked_until timestamptz, output jsonb, finished_by text)"
-            )
-
-    def plus(self, seconds: int) -> str:
-        """SQL for the database's clock plus ``seconds``."""
-        if self.mysql:
-            return f"{self.now} + INTERVAL {seconds} SECOND"
-        return f"{self.now} + interval '{seconds} second'"
-
-    def lock_waiters(self) -> int:
-        if self.mysql:
-            # MariaDB waits for a key lookup's row lock while still planning the statement (state "Statistics"),
-            # before InnoDB lists it as LOCK WAIT: a locking read in progress on another session is the waiter.
-            return self.sql(
-                "SELECT count(*) FROM information_schema.processlist WHERE id <> CONNECTION_ID() "
-                "AND info LIKE '%%FOR UPDATE%%'"
-            )[0][0]
-        return self.sql(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )[0][0]
-
-    def tables(self) -> set[str]:
-        if self.mysql:
-            return {name for (name,) in self.sql("SHOW TABLES")}
-        return {
-            name
-            for (name,) in self.sql("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
-        }
-
-
-MAPPING = {
-    "table": "jobs",
-    "key": "job_id",
-    "owner": "locked_by",
-    "expires": "locked_until",
-    "result": "output",
-    "completed": "finished_by",
-    "namespace_column": "queue",
-}
-
-
-@pytest.fixture(params=ALIASES)
-def their(request):
-    db = Their(request.param)
-    db.create_jobs()
-    db.sql(
-        "INSERT INTO jobs (job_id, queue, payload) VALUES ('j1', 'default', 'p1'), ('j2', 'default', 'p2'), "
-        "('j3', 'other', 'p3')"
-    )
-    yield db
-    db.sql("DROP TABLE IF EXISTS jobs")
-
-
-@pytest.fixture
-def jobs(their):
-    """The adapter over the team's table: its own names, a column it must never touch (payload), three jobs."""
-    return TableLegacyStore(TableMapping(**MAPPING, database=their.alias))
-
-
-def aware(value):
-    return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
-
-
-def output_of(value):
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def row(their, job_id: str) -> tuple:
-    owner, until, output, finished_by, payload = their.sql(
-        "SELECT locked_by, locked_until, output, finished_by, payload FROM jobs WHERE job_id = %s", [job_id]
-    )[0]
-    return owner, aware(until), output_of(output), finished_by, payload
 
 
 def test_claim_heartbeat_release_and_complete_write_their_columns(their, jobs):
@@ -205,7 +108,7 @@ def test_the_decision_is_made_on_the_row_as_locked_with_the_clock_read_after_the
         thread, box = run_in_thread(
             lambda: jobs.claim(task_id="j1", namespace="default", owner_id="w2", ttl_seconds=30)
         )
-        _wait_for_a_lock_waiter(their)
+        wait_for_a_lock_waiter(their)
         time.sleep(1.5)  # w1's expiry passes while the adapter waits for the row
         holder.commit()
         thread.join(20)
@@ -214,15 +117,6 @@ def test_the_decision_is_made_on_the_row_as_locked_with_the_clock_read_after_the
 
     assert box["value"].word == "GRANTED", box
     assert row(their, "j1")[0] == "w2"
-
-
-def _wait_for_a_lock_waiter(their, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if their.lock_waiters():
-            return
-        time.sleep(0.02)
-    raise AssertionError("the adapter never waited for the row")
 
 
 def test_a_second_decision_waits_for_the_first_and_sees_its_write(their, jobs):
@@ -236,7 +130,7 @@ def test_a_second_decision_waits_for_the_first_and_sees_its_write(their, jobs):
     second, second_box = run_in_thread(
         lambda: jobs.claim(task_id="j1", namespace="default", owner_id="w2", ttl_seconds=60)
     )
-    _wait_for_a_lock_waiter(their)
+    wait_for_a_lock_waiter(their)
     pause.resume()
     first.join(20)
     second.join(20)

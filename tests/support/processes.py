@@ -148,6 +148,13 @@ def _celery_app():
 def running_server(**extra_env: str) -> Iterator[str]:
     """``manage.py runserver`` (WSGI, the embedded server) in its own process on the test database, under the
     suite's own settings module; yields its URL once it answers."""
+    with server_process(**extra_env) as (url, _):
+        yield url
+
+
+@contextmanager
+def server_process(**extra_env: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``running_server``'s server with its process, for a test that kills it (SIGKILL) mid-request."""
     import httpx
     from django.conf import settings
 
@@ -177,10 +184,11 @@ def running_server(**extra_env: str) -> Iterator[str]:
         except httpx.HTTPError:
             time.sleep(0.1)
     try:
-        yield url
+        yield url, proc
     finally:
-        proc.terminate()
-        proc.wait(10)
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(10)
 
 
 def restart_postgres() -> None:

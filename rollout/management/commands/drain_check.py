@@ -29,6 +29,7 @@ class Command(BaseCommand):
                 "active_leases": snap.active_leases,
                 "unknown_effects": snap.unknown_effects,
                 "awaiting_commit": snap.awaiting_commit,
+                "legacy_writes_pending": snap.legacy_writes_pending,
                 "clean": snap.is_clean,
                 "clean_streak": snap.clean_streak,
                 "taken_at": snap.taken_at,

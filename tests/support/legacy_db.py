@@ -1,0 +1,101 @@
+"""A team's own legacy database for the tests of the legacy table adapter (rollout.legacy_table) and what rides on
+it: a second PostgreSQL database (the ``legacy`` alias) and MariaDB (``legacy_mysql``, where LEGACY_MYSQL_URL is
+set, as .ci/run sets it) — their table, with their column names, and their dialect for what a test does there."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC
+
+from django.db import connections
+
+ALIASES = [alias for alias in ("legacy", "legacy_mysql") if alias in connections]
+
+
+class Their:
+    """The team's database: its dialect for what the tests do there themselves."""
+
+    def __init__(self, alias: str):
+        self.alias = alias
+        self.mysql = connections[alias].vendor == "mysql"
+        self.now = "UTC_TIMESTAMP(6)" if self.mysql else "clock_timestamp()"
+
+    def sql(self, statement: str, params: list | None = None) -> list[tuple]:
+        with connections[self.alias].cursor() as cursor:
+            cursor.execute(statement, params or [])
+            return list(cursor.fetchall()) if cursor.description else []
+
+    def create_jobs(self) -> None:
+        self.sql("DROP TABLE IF EXISTS jobs")
+        if self.mysql:
+            self.sql(
+                "CREATE TABLE jobs (job_id varchar(64) PRIMARY KEY, queue varchar(64) NOT NULL, payload text NOT "
+                "NULL, locked_by varchar(200), locked_until datetime(6) NULL, output json, finished_by varchar(200))"
+            )
+        else:
+            self.sql(
+                "CREATE TABLE jobs (job_id varchar(64) PRIMARY KEY, queue text NOT NULL, payload text NOT NULL, "
+                "locked_by text, locked_until timestamptz, output jsonb, finished_by text)"
+            )
+
+    def plus(self, seconds: int) -> str:
+        """SQL for the database's clock plus ``seconds``."""
+        if self.mysql:
+            return f"{self.now} + INTERVAL {seconds} SECOND"
+        return f"{self.now} + interval '{seconds} second'"
+
+    def lock_waiters(self) -> int:
+        if self.mysql:
+            # MariaDB waits for a key lookup's row lock while still planning the statement (state "Statistics"),
+            # before InnoDB lists it as LOCK WAIT: a locking read in progress on another session is the waiter.
+            return self.sql(
+                "SELECT count(*) FROM information_schema.processlist WHERE id <> CONNECTION_ID() "
+                "AND info LIKE '%%FOR UPDATE%%'"
+            )[0][0]
+        return self.sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )[0][0]
+
+    def tables(self) -> set[str]:
+        if self.mysql:
+            return {name for (name,) in self.sql("SHOW TABLES")}
+        return {
+            name
+            for (name,) in self.sql("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+        }
+
+
+MAPPING = {
+    "table": "jobs",
+    "key": "job_id",
+    "owner": "locked_by",
+    "expires": "locked_until",
+    "result": "output",
+    "completed": "finished_by",
+    "namespace_column": "queue",
+}
+
+
+def aware(value):
+    return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def output_of(value):
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def row(their, job_id: str) -> tuple:
+    owner, until, output, finished_by, payload = their.sql(
+        "SELECT locked_by, locked_until, output, finished_by, payload FROM jobs WHERE job_id = %s", [job_id]
+    )[0]
+    return owner, aware(until), output_of(output), finished_by, payload
+
+
+def wait_for_a_lock_waiter(their, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if their.lock_waiters():
+            return
+        time.sleep(0.02)
+    raise AssertionError("the adapter never waited for the row")
