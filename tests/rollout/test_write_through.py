@@ -25,7 +25,7 @@ from rollout.models import LegacyWrite
 from rollout.services import stages, write_through
 from rollout.tasks import apply_legacy_writes
 from tests.support.legacy_db import ALIASES, MAPPING, Their, aware, row, wait_for_a_lock_waiter
-from tests.support.processes import server_process
+from tests.support.processes import server_process, wait_for
 from tests.support.races import run_in_thread
 
 pytestmark = [
@@ -184,11 +184,11 @@ def test_two_writes_of_one_task_land_in_the_order_they_were_decided(table_store,
 @pytest.mark.skipif(
     "legacy" not in connections, reason="the server process's legacy alias is the PostgreSQL one"
 )
-def test_a_server_killed_between_the_two_commits_loses_no_write_through(operator, worker_a):
+def test_a_server_killed_between_the_two_commits_loses_no_write_through(operator, worker_a, celery_workers):
     """A real server (its own process) answers a claim in V1_WRITES; our transaction commits, and the
     write-through to their table waits on a row this test holds locked there. The server is killed (SIGKILL)
     right there. Afterwards: our database has the attempt and its pending write; theirs has nothing of it. The job
-    applies it; both agree."""
+    applies it (a real Celery worker); both agree."""
     their = Their("legacy")
     their.create_jobs()
     _at_v1_writes(operator)
@@ -226,8 +226,9 @@ def test_a_server_killed_between_the_two_commits_loses_no_write_through(operator
     assert row(their, task_id)[:2] == (None, None)
 
     try:
-        with their_table_configured("legacy"):
-            assert apply_legacy_writes.delay().get()["applied"] == 1
+        celery_workers.start(**env)  # the job, through a real worker on the real broker
+        apply_legacy_writes.delay()
+        assert wait_for(lambda: LegacyWrite.objects.get().applied_at is not None), celery_workers.log()
         owner, until, *_ = row(their, task_id)
     finally:
         their.sql("DROP TABLE IF EXISTS jobs")
