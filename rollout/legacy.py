@@ -15,19 +15,23 @@ To run the migration against an existing table, implement ``LegacyStore`` over i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.utils.module_loading import import_string
 
 from claims import clock, interleave
 
 from .models import LegacyClaim
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,65 @@ class LegacyVerdict:
     owner_id: str
     expires_at: datetime | None
     at: datetime | None = None  # the clock the store decided on, read after its row lock
+
+
+class LegacyUnit:
+    """One transaction of ours in which a legacy table in another database may decide (``legacy_unit``): that
+    database's transaction is held open — its rows locked, its writes made — until ours ends, then committed after
+    ours (``transaction.on_commit``) or rolled back with it. Stores that live in our database ignore it."""
+
+    def __init__(self) -> None:
+        self.open: dict[
+            str, Any
+        ] = {}  # alias → the store's open transaction there (it has ``finish(commit)``)
+
+    def joined(self, alias: str, begin: Callable[[], T]) -> T:
+        """``alias``'s open transaction, begun (``begin``) by the first decision of ours that needs it; it ends
+        when ours does."""
+        if alias not in self.open:
+            self.open[alias] = begin()
+            transaction.on_commit(lambda: self._finish(alias, True))
+        return self.open[alias]
+
+    def _finish(self, alias: str, commit: bool) -> None:
+        opened = self.open.pop(alias, None)
+        if opened is not None:
+            opened.finish(commit)
+
+    def close(self) -> None:
+        """Ours did not commit (or the unit ends first): every transaction still open rolls back."""
+        for alias in list(self.open):
+            self._finish(alias, False)
+
+
+_unit: ContextVar[LegacyUnit | None] = ContextVar("legacy_unit", default=None)
+
+
+@contextmanager
+def legacy_unit() -> Iterator[LegacyUnit]:
+    """Around one transaction of ours in which legacy decides (the routed decision, ``legacy_decides``)."""
+    unit = LegacyUnit()
+    token = _unit.set(unit)
+    try:
+        yield unit
+    finally:
+        _unit.reset(token)
+        unit.close()
+
+
+def current_unit() -> LegacyUnit | None:
+    return _unit.get()
+
+
+@contextmanager
+def outside_unit() -> Iterator[None]:
+    """Legacy decides and commits at once here, whatever unit is around (the write-through's applier: theirs first,
+    then ours marks it applied)."""
+    token = _unit.set(None)
+    try:
+        yield
+    finally:
+        _unit.reset(token)
 
 
 @dataclass(frozen=True)

@@ -32,13 +32,14 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
+from django.db.models.functions import Now
 
 from claims import interleave
 from claims.digest import canonical_json
 
-from .legacy import _DECIDE, BatchOfOne, LegacyAsk, LegacyVerdict
-from .models import LegacyClaim
+from .legacy import _DECIDE, BatchOfOne, LegacyAsk, LegacyVerdict, current_unit
+from .models import LegacyClaim, LegacyDecision
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?$")
 COMPLETED_AS = ("owner", "true", "now")
@@ -146,26 +147,41 @@ class TableLegacyStore(BatchOfOne):
     def decide_many(self, asks: list[LegacyAsk]) -> list[LegacyVerdict]:
         """Distinct tasks' operations in one transaction of the legacy database: their rows locked in one statement
         in key order, that database's clock read after those locks, each decided as the emulated table decides
-        it, then one UPDATE per row that changes."""
+        it, then one UPDATE per row that changes.
+
+        Inside a decision of ours (``rollout.legacy.legacy_unit``, our transaction open) that transaction stays
+        open until ours ends: each write is recorded first as a ``LegacyDecision`` in ours, theirs commits after
+        ours, or rolls back with it. Elsewhere (the write-through's applier, a command) it commits at once."""
+        unit, m = current_unit(), self.mapping
+        if unit is None or not connection.in_atomic_block:
+            with transaction.atomic(using=m.database):
+                return self._decide_locked(asks)[0]
+        opened = unit.joined(m.database, lambda: _Open(connections[m.database]))
+        verdicts, written = self._decide_locked(asks)
+        opened.record(written)
+        return verdicts
+
+    def _decide_locked(self, asks: list[LegacyAsk]) -> tuple[list[LegacyVerdict], list[LegacyDecision]]:
         m = self.mapping
         ids = sorted({ask.fields["task_id"] for ask in asks})
-        with transaction.atomic(using=m.database):
-            marks = ", ".join(["%s"] * len(ids))
-            rows = {
-                row.task_id: row
-                for row in self._select(
-                    f"{self._q(m.key)} IN ({marks})", ids, tail=f" ORDER BY {self._q(m.key)} FOR UPDATE"
-                )
-            }
-            now = self._clock()  # after the rows' locks
-            verdicts = []
-            for ask in asks:
-                verdict, values = self._decide(rows.get(ask.fields["task_id"]), now, ask)
-                verdicts.append(verdict)
-                if values:
-                    self._write(ask.fields["task_id"], values, now)
-            interleave.reach("legacy_table.decided")
-        return verdicts
+        marks = ", ".join(["%s"] * len(ids))
+        rows = {
+            row.task_id: row
+            for row in self._select(
+                f"{self._q(m.key)} IN ({marks})", ids, tail=f" ORDER BY {self._q(m.key)} FOR UPDATE"
+            )
+        }
+        now = self._clock()  # after the rows' locks
+        verdicts, written = [], []
+        for ask in asks:
+            row = rows.get(ask.fields["task_id"])
+            verdict, values = self._decide(row, now, ask)
+            verdicts.append(verdict)
+            if values and row is not None:
+                self._write(ask.fields["task_id"], values, now)
+                written.append(self._written(row, ask, values, now))
+        interleave.reach("legacy_table.decided")
+        return verdicts, written
 
     # --- the parts -----------------------------------------------------------------------------------------------
 
@@ -176,6 +192,45 @@ class TableLegacyStore(BatchOfOne):
             return LegacyVerdict(False, "MISSING", "", None, now), {}
         verdict, values = _DECIDE[ask.kind](row, now, **ask.fields)
         return verdict, values or {}
+
+    def _written(
+        self, row: LegacyClaim, ask: LegacyAsk, values: dict[str, Any], now: datetime
+    ) -> LegacyDecision:
+        """Our record of a write: the row as found (locked) and as written, in the columns the table maps."""
+        found = self.state(row)
+        after = LegacyClaim(
+            owner_id=values.get("owner_id", row.owner_id),
+            expires_at=values["expires_at"] if "expires_at" in values else row.expires_at,
+            completed_by=values.get("completed_by", row.completed_by),
+        )
+        return LegacyDecision(
+            namespace=row.namespace,
+            task_id=row.task_id,
+            operation=ask.kind,
+            owner_id=ask.fields.get("owner_id", ""),
+            found=found,
+            expected=self.state(after),
+            created_at=now,
+        )
+
+    def state_now(self, task_id: str) -> dict[str, Any]:
+        """The task's row as it is once no transaction of theirs holds it (locked FOR UPDATE, then let go)."""
+        with transaction.atomic(using=self.mapping.database):
+            rows = self._select(f"{self._q(self.mapping.key)} = %s", [task_id], tail=" FOR UPDATE")
+        return self.state(rows[0] if rows else None)
+
+    def state(self, row: LegacyClaim | None) -> dict[str, Any]:
+        """What a decision's write sets, as compared later (``same_state``): owner, expiry, and completion where the
+        table maps it."""
+        if row is None:
+            return {}
+        state: dict[str, Any] = {
+            "owner_id": row.owner_id or "",
+            "expires_at": row.expires_at.isoformat() if row.expires_at else None,
+        }
+        if self.mapping.completed:
+            state["completed"] = bool(row.completed_by)
+        return state
 
     def _write(self, task_id: str, values: dict[str, Any], now: datetime) -> None:
         """The decision's values, in the mapped columns only."""
@@ -272,6 +327,47 @@ def _completed_by(value: Any, owner: str) -> str:
     if isinstance(value, str):
         return value
     return owner or "?"
+
+
+class _Open:
+    """The legacy database's transaction held open across one of ours (``LegacyUnit``), and our records of what it
+    wrote: committed after ours, those records then marked COMMITTED; or rolled back."""
+
+    def __init__(self, legacy: Any):
+        self.legacy = legacy
+        self.ids: list[int] = []
+        legacy.set_autocommit(False)
+
+    def record(self, written: list[LegacyDecision]) -> None:
+        if written:  # in our transaction, before theirs commits
+            self.ids += [row.pk for row in LegacyDecision.objects.bulk_create(written)]
+
+    def finish(self, commit: bool) -> None:
+        committed = False
+        try:
+            if commit:
+                interleave.reach("legacy_table.ours_committed")
+                self.legacy.commit()
+                committed = True
+        finally:
+            if not committed:  # ours rolled back, or we die here: theirs never happened
+                self.legacy.rollback()
+            self.legacy.set_autocommit(True)
+        if self.ids and committed:
+            LegacyDecision.objects.filter(pk__in=self.ids, resolved_at__isnull=True).update(
+                resolved_at=Now(), outcome="COMMITTED"
+            )
+
+
+def same_state(row: dict[str, Any], expected: dict[str, Any]) -> bool:
+    """A legacy row as a decision wrote it? Owner and completion exactly; the expiry to the second (a table may keep
+    whole seconds)."""
+    if row.get("owner_id") != expected.get("owner_id") or row.get("completed") != expected.get("completed"):
+        return False
+    have, want = row.get("expires_at"), expected.get("expires_at")
+    if have is None or want is None:
+        return have == want
+    return abs((datetime.fromisoformat(have) - datetime.fromisoformat(want)).total_seconds()) < 1
 
 
 @cache

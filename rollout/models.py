@@ -309,3 +309,32 @@ class LegacyWrite(models.Model):
             # the backlog, oldest first: what the appliers, the drain and the metric read
             models.Index(fields=["id"], condition=Q(applied_at__isnull=True), name="legacywrite_pending"),
         ]
+
+
+class LegacyDecision(models.Model):
+    """A legacy decision that wrote a legacy table in another database, recorded in our transaction before that
+    database's transaction commits (``rollout.legacy.LegacyUnit``): our records of it commit first, theirs second.
+    ``outcome`` says how it ended — COMMITTED when their commit is seen, ABORTED when it never happened (the process
+    died between the two commits; ``rollout.services.legacy_decisions`` then undoes what claim.v1 did in its shadow).
+    ``expected`` is the row as the decision wrote it, ``found`` the row as it found it (locked): the next decision
+    on the task has found what this one left, which is how a crash is told from a commit later on."""
+
+    id = models.BigAutoField(primary_key=True)
+    namespace = models.CharField(max_length=100)
+    task_id = models.CharField(max_length=200)
+    operation = models.CharField(max_length=16)
+    owner_id = models.CharField(max_length=200)
+    found = models.JSONField()
+    expected = models.JSONField()
+    created_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, blank=True, default="")  # COMMITTED | ABORTED
+    undone = models.CharField(
+        max_length=200, blank=True, default=""
+    )  # what was undone in claim.v1, if anything
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["task_id", "id"], name="legacydecision_task"),
+            models.Index(fields=["id"], condition=Q(resolved_at__isnull=True), name="legacydecision_open"),
+        ]

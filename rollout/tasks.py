@@ -12,7 +12,7 @@ from claims.locks import singleton
 from claims.models import Namespace
 
 from .models import Rollback, Stage
-from .services import jobs, stages, write_through
+from .services import jobs, legacy_decisions, stages, write_through
 from .services.retention import rollout_history_prune
 
 _RETRY = {"autoretry_for": (DatabaseError,), "retry_backoff": True, "retry_kwargs": {"max_retries": 5}}
@@ -43,6 +43,16 @@ def apply_legacy_writes(namespace: str | None = None) -> dict[str, Any]:
     (services/write_through.py): retried every run until applied."""
     done = write_through.apply_pending(namespace=namespace)
     return {"applied": done.applied, "missing": done.missing, "failed": done.failed, "errors": done.errors}
+
+
+@shared_task(name="rollout.settle_legacy_decisions", **_RETRY)
+def settle_legacy_decisions(namespace: str | None = None) -> dict[str, int]:
+    """Periodic: legacy decisions in another database whose commit there was never seen, judged from that table
+    (services/legacy_decisions.py); claim.v1's shadow of a grant that never happened released."""
+    with singleton("settle_legacy_decisions") as got:
+        if not got:
+            return {"skipped": 1}
+        return legacy_decisions.resolve_open(namespace=namespace)
 
 
 @shared_task(name="rollout.gate_check", **_RETRY)

@@ -42,5 +42,6 @@ CELERY_BEAT_SCHEDULE = {
     "compare-shadow": {"task": "rollout.compare_shadow", "schedule": 60.0},
     "advance-rollbacks": {"task": "rollout.advance_rollback", "schedule": 15.0},
     "apply-legacy-writes": {"task": "rollout.apply_legacy_writes", "schedule": 5.0},
+    "settle-legacy-decisions": {"task": "rollout.settle_legacy_decisions", "schedule": 10.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

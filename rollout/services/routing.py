@@ -41,7 +41,7 @@ from claims import services as core
 from claims.errors import ClaimError, Conflict, Forbidden, InvalidTransition, NotFound
 from claims.models import Attempt, Namespace, Principal, StagedResult, Task
 
-from ..legacy import LegacyVerdict, decide, legacy_store
+from ..legacy import LegacyVerdict, decide, legacy_store, legacy_unit
 from ..models import Stage
 from ..selectors import rollout_state as state_of
 from . import write_through
@@ -197,7 +197,7 @@ def _route(
     interleave.reach("routing.routed")
     hook = _StageHook(route, principal, task_id, data, unwind_on_legacy_refusal=route.name == "claim_batch")
     try:
-        with core.guarded(hook):
+        with legacy_unit(), core.guarded(hook):  # a legacy table elsewhere commits after ours, or rolls back
             value = route.core(principal, task_id, data)
     except _Unwind as unwound:
         if route.name == "commits":  # each item is routed as its single commit is
@@ -355,7 +355,7 @@ def legacy_decides(
     """Legacy's decision on ``ask`` in a transaction of its own — the one place legacy decides outside a claim.v1
     decision's transaction — when the namespace is still as ``target`` read it (else None: the caller routes
     again). ``then`` runs on the verdict in the same transaction (the comparison, where claim.v1 judged first)."""
-    with transaction.atomic(durable=True):
+    with legacy_unit(), transaction.atomic(durable=True):
         if not still_routed(target.namespace, target.stage):
             return None
         records = Records()

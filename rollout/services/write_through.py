@@ -32,7 +32,7 @@ from django.db.models import F
 
 from claims import clock, interleave
 
-from ..legacy import LegacyAsk, LegacyVerdict, decide, legacy_store
+from ..legacy import LegacyAsk, LegacyVerdict, decide, legacy_store, outside_unit
 from ..models import LegacyWrite
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def apply_pending(
 
 def _apply_batch(*, task_ids: list[str] | None, up_to: int | None, namespace: str | None) -> Applied:
     out = Applied()
-    with transaction.atomic(durable=True):
+    with outside_unit(), transaction.atomic(durable=True):
         pending = LegacyWrite.objects.select_for_update().filter(applied_at__isnull=True)
         if task_ids is not None:
             pending = pending.filter(task_id__in=task_ids)
