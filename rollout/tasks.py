@@ -52,7 +52,8 @@ def settle_legacy_decisions(namespace: str | None = None) -> dict[str, int]:
     with singleton("settle_legacy_decisions") as got:
         if not got:
             return {"skipped": 1}
-        return legacy_decisions.resolve_open(namespace=namespace)
+        settled = legacy_decisions.resolve_open(namespace=namespace)
+        return {**settled, "compared_late": legacy_decisions.compare_late(namespace=namespace)}
 
 
 @shared_task(name="rollout.gate_check", **_RETRY)

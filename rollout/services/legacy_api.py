@@ -11,18 +11,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
+
 from claims import interleave
 from claims import services as core
 from claims.errors import ClaimsPaused, Forbidden, InvalidTransition
 from claims.models import Attempt, Principal
 
-from ..legacy import LegacyVerdict
-from ..models import Mismatch
+from ..legacy import LegacyVerdict, legacy_store
+from ..models import LegacyDecision, Mismatch
 from . import routing
 from .errors import LegacyRefused, ProtocolTooOld
 from .operations import LEGACY, LEGACY_OPERATIONS, Ask, V1Verdict
 from .shadow import compare, judged
 from .workers import protocol_too_old
+
+
+def mark_compared(task_id: str) -> None:
+    """The task's legacy decisions recorded as not yet compared (a legacy table in another database) are now."""
+    if legacy_store().separate_database:
+        LegacyDecision.objects.filter(task_id=task_id, compared=False).update(compared=True)
 
 
 @dataclass(frozen=True)
@@ -135,7 +143,13 @@ def legacy_operation(
         )
     interleave.reach("legacy_operation.routed")
     ask = Ask(principal, task_id, ns.name, owner_id, LEGACY, ttl_seconds, result, result_digest)
-    verdict = routing.legacy_decides(each, ask, target, lambda verdict, records: verdict)
+    verdict = routing.legacy_decides(
+        each,
+        ask,
+        target,
+        lambda verdict, records: verdict,
+        compared_later=target.stage in routing.LEGACY_DECIDES,
+    )
     if verdict is None:  # an advance, a rollback or a fence landed meanwhile: through the routing again
         if reroutes == 0:
             raise InvalidTransition(
@@ -153,17 +167,29 @@ def legacy_operation(
         )
     if target.stage not in routing.LEGACY_DECIDES:
         return _answered(LegacyAnswer(verdict))
-    v1 = _mirror(operation, ask=ask, scheduler_epoch=ns.scheduler_epoch)
-    mismatch = compare(
-        namespace=ns.name,
-        task_id=task_id,
-        operation=each.name,
-        api=LEGACY,
-        owner_id=owner_id,
-        legacy=verdict,
-        v1=v1,
-    )
-    return _answered(LegacyAnswer(verdict, mismatch))
+    interleave.reach("legacy_operation.decided")
+    return _answered(LegacyAnswer(verdict, judge_in_shadow(operation, ask, verdict, ns.scheduler_epoch)))
+
+
+def judge_in_shadow(
+    operation: str, ask: Ask, verdict: LegacyVerdict, scheduler_epoch: int
+) -> Mismatch | None:
+    """After legacy's decision committed: claim.v1's judgement of the same request (its own transactions), then
+    the comparison — recorded with the mark that the decision is compared, in one transaction (a legacy table in
+    another database keeps that mark: ``legacy_decisions`` compares late what a dead process left uncompared)."""
+    v1 = _mirror(operation, ask=ask, scheduler_epoch=scheduler_epoch)
+    with transaction.atomic():
+        mismatch = compare(
+            namespace=ask.namespace,
+            task_id=ask.task_id,
+            operation=LEGACY_OPERATIONS[operation].name,
+            api=LEGACY,
+            owner_id=ask.owner_id,
+            legacy=verdict,
+            v1=v1,
+        )
+        mark_compared(ask.task_id)
+    return mismatch
 
 
 def _answered(answer: LegacyAnswer) -> LegacyAnswer:

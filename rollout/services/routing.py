@@ -350,12 +350,18 @@ def still_routed(ns: Namespace, stage: str) -> bool:
 
 
 def legacy_decides(
-    each: TaskOperation, ask: Ask, target: Target, then: Callable[[LegacyVerdict, Records], T]
+    each: TaskOperation,
+    ask: Ask,
+    target: Target,
+    then: Callable[[LegacyVerdict, Records], T],
+    *,
+    compared_later: bool = False,
 ) -> T | None:
     """Legacy's decision on ``ask`` in a transaction of its own — the one place legacy decides outside a claim.v1
     decision's transaction — when the namespace is still as ``target`` read it (else None: the caller routes
-    again). ``then`` runs on the verdict in the same transaction (the comparison, where claim.v1 judged first)."""
-    with legacy_unit(), transaction.atomic(durable=True):
+    again). ``then`` runs on the verdict in the same transaction (the comparison, where claim.v1 judged first);
+    ``compared_later``: the caller compares afterwards, in transactions of its own (the legacy API)."""
+    with legacy_unit(compared_later=compared_later), transaction.atomic(durable=True):
         if not still_routed(target.namespace, target.stage):
             return None
         records = Records()

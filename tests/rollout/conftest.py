@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rollout.legacy_table import TableLegacyStore, TableMapping
-from tests.support.legacy_db import ALIASES, MAPPING, Their
+from tests.support.legacy_db import ALIASES, MAPPING, Their, their_table_configured
 
 
 @pytest.fixture(params=ALIASES)
@@ -25,3 +25,9 @@ def their(request):
 def jobs(their):
     """The adapter over the team's table: its own names, a column it must never touch (payload), three jobs."""
     return TableLegacyStore(TableMapping(**MAPPING, database=their.alias))
+
+
+@pytest.fixture
+def table_store(their):
+    with their_table_configured(their.alias):
+        yield their

@@ -19,8 +19,15 @@ from rollout.legacy import LegacyAsk, legacy_unit
 from rollout.models import ComparedOperation, LegacyDecision
 from rollout.services import legacy_decisions
 from rollout.tasks import settle_legacy_decisions
-from tests.rollout.test_write_through import NS, _task_in_both, _use_their_table, their_table_configured
-from tests.support.legacy_db import ALIASES, Their, row
+from tests.support.legacy_db import (
+    ALIASES,
+    NS,
+    Their,
+    row,
+    task_in_both,
+    their_table_configured,
+    use_their_table,
+)
 from tests.support.processes import server_process, wait_for
 from tests.support.races import run_in_thread
 
@@ -106,13 +113,13 @@ def test_a_server_killed_between_our_commit_and_theirs_leaves_both_databases_agr
         "FOR EACH ROW EXECUTE FUNCTION hold_commit()"
     )
     assert operator.post("/namespaces", {"name": NS, "stage": "SHADOW"}).status_code == 201
-    task_id = _task_in_both(operator, their)
+    task_id = task_in_both(operator, their)
     holder = connections.create_connection("legacy")
     try:
         holder.set_autocommit(False)
         with holder.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(4223)")
-        with server_process(**_use_their_table("legacy")) as (url, proc):
+        with server_process(**use_their_table("legacy")) as (url, proc):
             body = {"owner_id": "worker-a", "scheduler_epoch": 1, "ttl_seconds": 30}
             thread, box = run_in_thread(
                 lambda: httpx.post(
@@ -154,11 +161,11 @@ def test_a_server_killed_between_our_commit_and_theirs_leaves_both_databases_agr
     decision = LegacyDecision.objects.get(task_id=task_id)
     task = Task.objects.get(pk=task_id)
     if their_side == "aborted":
-        assert settled == {"committed": 0, "aborted": 1}
+        assert settled == {"committed": 0, "aborted": 1, "compared_late": 0}
         assert decision.outcome == "ABORTED" and decision.undone.startswith("released claim.v1 attempt")
         assert (task.state, task.owner_id) == ("READY", None)
     else:
-        assert settled == {"committed": 1, "aborted": 0}
+        assert settled == {"committed": 1, "aborted": 0, "compared_late": 0}
         assert (decision.outcome, decision.undone) == ("COMMITTED", "")
         assert (task.state, task.owner_id) == ("CLAIMED", "worker-a")
 
@@ -179,3 +186,47 @@ def test_an_open_decision_their_table_did_commit_is_told_committed(jobs, their, 
         assert legacy_decisions.resolve_open() == {"committed": 1, "aborted": 0}
     assert LegacyDecision.objects.get().outcome == "COMMITTED"
     assert row(their, "j2")[0] == "w1"
+
+
+def test_a_legacy_api_decision_left_uncompared_by_a_dead_process_is_compared_late(
+    table_store, operator, settings
+):
+    """An old binary claims through the legacy API in SHADOW: legacy's grant commits in their table, and the
+    process dies before claim.v1 judged it (no shadow attempt, no comparison). The job judges it now: claim.v1's
+    shadow attempt, the comparison, the decision marked compared — no legacy decision goes uncompared."""
+    from claims import interleave
+    from tests.support.actors import make_actor
+
+    their = table_store
+    assert operator.post("/namespaces", {"name": NS, "stage": "SHADOW"}).status_code == 201
+    task_id = task_in_both(operator, their)
+    old = make_actor("old-binary", "worker")
+
+    def die() -> None:
+        raise SystemExit("killed before claim.v1 judged")
+
+    interleave.install("legacy_operation.decided", die)
+    try:
+        with pytest.raises(SystemExit):
+            old.client.post(
+                f"/api/legacy/tasks/{task_id}/claim",
+                {"owner_id": "old-binary", "ttl_seconds": 30},
+                format="json",
+            )
+    finally:
+        interleave.clear()
+
+    assert row(their, task_id)[0] == "old-binary"
+    assert not ComparedOperation.objects.filter(namespace=NS).exists()
+    assert Task.objects.get(pk=task_id).owner_id is None
+    decision = LegacyDecision.objects.get()
+    assert (decision.outcome, decision.compared) == ("COMMITTED", False)
+
+    settings.LEGACY_DECISION_GRACE_SECONDS = 0
+    assert settle_legacy_decisions.delay().get() == {"committed": 0, "aborted": 0, "compared_late": 1}
+
+    assert LegacyDecision.objects.get().compared is True
+    assert ComparedOperation.objects.filter(namespace=NS, operation="claim", api="legacy").count() == 1
+    task = Task.objects.get(pk=task_id)
+    assert (task.state, task.owner_id) == ("CLAIMED", "old-binary")
+    assert settle_legacy_decisions.delay().get()["compared_late"] == 0

@@ -6,25 +6,29 @@ rows of both databases."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import httpx
 import pytest
-from django.conf import settings
 from django.db import connections
 from prometheus_client import REGISTRY
 
 from claims import interleave
 from claims.models import Attempt, Task
-from rollout import legacy, legacy_table
 from rollout.models import LegacyWrite
 from rollout.services import stages, write_through
 from rollout.tasks import apply_legacy_writes
-from tests.support.legacy_db import ALIASES, MAPPING, Their, aware, row, wait_for_a_lock_waiter
+from tests.support.legacy_db import (
+    ALIASES,
+    NS,
+    Their,
+    aware,
+    row,
+    task_in_both,
+    use_their_table,
+    wait_for_a_lock_waiter,
+)
 from tests.support.processes import server_process, wait_for
 from tests.support.races import run_in_thread
 
@@ -36,48 +40,6 @@ pytestmark = [
     ),
 ]
 
-NS = "wt"
-
-
-def _use_their_table(alias: str):
-    """Settings as a team sets them: the shipped adapter over their table (env: ROLLOUT_LEGACY_STORE and
-    ROLLOUT_LEGACY_TABLE)."""
-    return {
-        "ROLLOUT_LEGACY_STORE": "rollout.legacy_table.TableLegacyStore",
-        "ROLLOUT_LEGACY_TABLE": json.dumps({**MAPPING, "database": alias}),
-    }
-
-
-@contextmanager
-def their_table_configured(alias: str) -> Iterator[None]:
-    """This process configured as ``_use_their_table`` says (the store and its mapping are cached: cleared)."""
-    values = _use_their_table(alias)
-    saved = {name: getattr(settings, name) for name in values}
-    try:
-        for name, value in values.items():
-            setattr(settings, name, value)
-        legacy.legacy_store.cache_clear()
-        legacy_table.configured_mapping.cache_clear()
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(settings, name, value)
-        legacy.legacy_store.cache_clear()
-        legacy_table.configured_mapping.cache_clear()
-
-
-@pytest.fixture
-def table_store(their):
-    with their_table_configured(their.alias):
-        yield their
-
-
-def _task_in_both(operator, their, namespace: str = NS) -> str:
-    """A task of ours, and the same job in their table (their table is the list of their work)."""
-    task_id = operator.create(namespace=namespace).json()["task_id"]
-    their.sql("INSERT INTO jobs (job_id, queue, payload) VALUES (%s, %s, 'p')", [task_id, namespace])
-    return task_id
-
 
 def _at_v1_writes(operator, namespace: str = NS) -> None:
     assert operator.post("/namespaces", {"name": namespace, "stage": "V1_WRITES"}).status_code == 201
@@ -88,7 +50,7 @@ def test_each_decision_is_recorded_with_it_and_written_to_their_table_after_our_
 ):
     their = table_store
     _at_v1_writes(operator)
-    task_id = _task_in_both(operator, their)
+    task_id = task_in_both(operator, their)
 
     claim = worker_a.claim(task_id).json()
     assert claim["attempt_id"], claim
@@ -108,7 +70,7 @@ def test_a_write_their_database_refuses_waits_counted_in_the_drain_and_the_metri
 ):
     their = table_store
     _at_v1_writes(operator)
-    task_id = _task_in_both(operator, their)
+    task_id = task_in_both(operator, their)
     their.sql("ALTER TABLE jobs RENAME TO jobs_away")  # their database refuses every statement on the table
 
     claim = worker_a.claim(task_id)
@@ -141,7 +103,7 @@ def test_a_crash_after_their_commit_and_before_ours_applies_the_write_again_to_t
     rows stay pending, and the next run applies them again — their row ends as one application left it."""
     their = table_store
     _at_v1_writes(operator)
-    task_id = _task_in_both(operator, their)
+    task_id = task_in_both(operator, their)
 
     def die() -> None:
         raise SystemExit("killed between the two commits")
@@ -168,7 +130,7 @@ def test_two_writes_of_one_task_land_in_the_order_they_were_decided(table_store,
     the claim over the release."""
     their = table_store
     _at_v1_writes(operator)
-    task_id = _task_in_both(operator, their)
+    task_id = task_in_both(operator, their)
     their.sql("ALTER TABLE jobs RENAME TO jobs_away")
     claim = worker_a.claim(task_id).json()
     released = worker_a.release(claim)
@@ -192,8 +154,8 @@ def test_a_server_killed_between_the_two_commits_loses_no_write_through(operator
     their = Their("legacy")
     their.create_jobs()
     _at_v1_writes(operator)
-    task_id = _task_in_both(operator, their)
-    env = {**_use_their_table("legacy"), "LEGACY_LOCK_TIMEOUT_SECONDS": "60"}
+    task_id = task_in_both(operator, their)
+    env = {**use_their_table("legacy"), "LEGACY_LOCK_TIMEOUT_SECONDS": "60"}
     holder = connections.create_connection("legacy")
     try:
         holder.set_autocommit(False)

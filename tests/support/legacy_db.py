@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC
 
+from django.conf import settings
 from django.db import connections
+
+from rollout import legacy, legacy_table
 
 ALIASES = [alias for alias in ("legacy", "legacy_mysql") if alias in connections]
 
@@ -99,3 +104,40 @@ def wait_for_a_lock_waiter(their, timeout: float = 20.0) -> None:
             return
         time.sleep(0.02)
     raise AssertionError("the adapter never waited for the row")
+
+
+NS = "wt"  # the namespace the tests migrate
+
+
+def use_their_table(alias: str):
+    """Settings as a team sets them: the shipped adapter over their table (env: ROLLOUT_LEGACY_STORE and
+    ROLLOUT_LEGACY_TABLE)."""
+    return {
+        "ROLLOUT_LEGACY_STORE": "rollout.legacy_table.TableLegacyStore",
+        "ROLLOUT_LEGACY_TABLE": json.dumps({**MAPPING, "database": alias}),
+    }
+
+
+@contextmanager
+def their_table_configured(alias: str) -> Iterator[None]:
+    """This process configured as ``use_their_table`` says (the store and its mapping are cached: cleared)."""
+    values = use_their_table(alias)
+    saved = {name: getattr(settings, name) for name in values}
+    try:
+        for name, value in values.items():
+            setattr(settings, name, value)
+        legacy.legacy_store.cache_clear()
+        legacy_table.configured_mapping.cache_clear()
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(settings, name, value)
+        legacy.legacy_store.cache_clear()
+        legacy_table.configured_mapping.cache_clear()
+
+
+def task_in_both(operator, their, namespace: str = NS) -> str:
+    """A task of ours, and the same job in their table (their table is the list of their work)."""
+    task_id = operator.create(namespace=namespace).json()["task_id"]
+    their.sql("INSERT INTO jobs (job_id, queue, payload) VALUES (%s, %s, 'p')", [task_id, namespace])
+    return task_id
