@@ -16,8 +16,9 @@ the control plane makes no surprise writes to the team's database: a task whose 
 (the team's table is the list of tasks; the store never inserts), and only the mapped columns are written.
 
 Each decision is a transaction of the legacy database's own: the rows FOR UPDATE in key order, then that database's
-clock (the one its own workers' ``expires_at < now()`` reads), then the writes; it commits before the control plane's
-transaction that asked for it.
+clock (the one its own workers' ``expires_at < now()`` reads), then the writes. Inside a decision of ours
+(``rollout.legacy.legacy_unit``) it stays open until ours ends and commits after it (or rolls back with it), each
+write recorded in ours first (``LegacyDecision``); elsewhere it commits at once. docs/adopting.md, "Two databases".
 """
 
 from __future__ import annotations
