@@ -364,6 +364,10 @@ def _fence_for(rollback: Rollback) -> None:
     )
 
 
+# Stages in which claim.v1 decides and legacy only follows (or, in V1_ONLY, is no longer written).
+LEGACY_WRITTEN_BY_V1 = (Stage.V1_WRITES, Stage.V1_ONLY)
+
+
 def advance_rollback(
     *, rollback_id: Any, principal: Principal | None = None, force: bool = False, reason: str = ""
 ) -> Rollback:
@@ -386,6 +390,9 @@ def advance_rollback(
     if not snapshot.is_clean and not force:
         return running
     forced = force and not snapshot.is_clean
+    if running.from_stage in LEGACY_WRITTEN_BY_V1:
+        # back towards legacy: its table first made to match claim.v1 (a failure leaves the rollback open)
+        write_through.write_back(namespace=running.namespace)
     with transaction.atomic(durable=True):
         at = state.lock(name=running.namespace)
         hold = at.hold

@@ -31,6 +31,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import F
 
 from claims import clock, interleave
+from claims.models import Namespace, Task, TaskState
 
 from ..legacy import LegacyAsk, LegacyVerdict, decide, legacy_store, outside_unit
 from ..models import LegacyWrite
@@ -130,6 +131,61 @@ def _apply_batch(*, task_ids: list[str] | None, up_to: int | None, namespace: st
     out.applied = len(outcomes) - out.missing
     out.failed = len(failed)
     return out
+
+
+def write_back(*, namespace: str) -> int:
+    """Before a rollback hands the namespace back to legacy (its stage still claim.v1's, claims fenced and paused,
+    so claim.v1's records hold still): the legacy table made to match claim.v1 — what V1_ONLY never wrote there,
+    and what V1_WRITES could not. Pending write-throughs first, in order; then every task: committed → the row
+    completed with claim.v1's canonical result; held by a live, unfenced attempt → its owner and expiry; else no
+    owner. Batches of the store's own transactions (committed at once: ours has nothing to add). A failure
+    raises: the rollback does not finish, and its job tries again. Returns the rows written."""
+    pending = apply_pending(namespace=namespace)
+    if pending.failed:
+        raise WriteThroughFailed(
+            f"{pending.failed} write-throughs still pending: {'; '.join(pending.errors)}"
+        )
+    store = legacy_store()
+    ns = Namespace.objects.get(name=namespace)
+    now = clock.now()
+    written = 0
+    tasks = Task.objects.filter(namespace=ns).order_by("task_id")
+    for start in range(0, tasks.count(), _BATCH):
+        asks = [_as_claim_v1_has_it(task, ns, now) for task in tasks[start : start + _BATCH]]
+        with outside_unit(), transaction.atomic():
+            decide(store, asks)
+        written += len(asks)
+    return written
+
+
+class WriteThroughFailed(DatabaseError):
+    """The legacy table could not be brought in line with claim.v1 (a rollback waits, its job retries)."""
+
+
+def _as_claim_v1_has_it(task: Task, ns: Namespace, now: datetime) -> LegacyAsk:
+    fields: dict[str, Any] = {"task_id": task.task_id, "namespace": ns.name}
+    if task.state == TaskState.COMMITTED:
+        return LegacyAsk(
+            "complete",
+            {
+                **fields,
+                "owner_id": task.owner_id or "",
+                "result": task.result,
+                "result_digest": task.result_digest or "",
+                "via": "claim.v1",
+            },
+        )
+    live = (
+        task.state == TaskState.CLAIMED
+        and task.lease_expires_at is not None
+        and task.lease_expires_at > now
+        and task.scheduler_epoch >= ns.scheduler_epoch  # a fenced attempt can no longer commit
+    )
+    if live:
+        return LegacyAsk(
+            "record", {**fields, "owner_id": task.owner_id or "", "expires_at": task.lease_expires_at}
+        )
+    return LegacyAsk("record", {**fields, "owner_id": "", "expires_at": None})
 
 
 def _waves(rows: list[LegacyWrite]) -> list[list[LegacyWrite]]:

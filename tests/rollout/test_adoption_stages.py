@@ -1,0 +1,81 @@
+"""Entering SHADOW and rolling back, against the team's own table in its own database (issue 23, point 4): the
+live claims imported from it (an expired one left to the takeover rule), and a rollback that hands the namespace
+back to legacy writes claim.v1's state into the mapped columns first — what V1_ONLY never wrote there included. On a
+second PostgreSQL database and on MariaDB; the records checked are both databases' rows."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from claims.models import AuditEntry, Task
+from rollout.models import RolloutState
+from tests.support.actors import make_actor
+from tests.support.legacy_db import ALIASES, NS, aware, row, task_in_both
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True, databases=["default", *ALIASES]),
+    pytest.mark.skipif(
+        not ALIASES, reason="no legacy database configured (the suite's PostgreSQL run adds one)"
+    ),
+]
+
+
+def test_entering_shadow_imports_the_live_claims_of_their_table(table_store, operator, worker_a, worker_b):
+    their = table_store
+    oncall = make_actor("oscar-oncall", "oncall")
+    assert operator.post("/namespaces", {"name": NS, "stage": "LEGACY"}).status_code == 201
+    live, expired, free = (task_in_both(operator, their) for _ in range(3))
+    their.sql(
+        f"UPDATE jobs SET locked_by = 'worker-a', locked_until = {their.plus(60)} WHERE job_id = %s", [live]
+    )
+    their.sql(
+        f"UPDATE jobs SET locked_by = 'worker-b', locked_until = {their.plus(-5)} WHERE job_id = %s",
+        [expired],
+    )
+
+    moved = oncall.post(
+        f"/namespaces/{NS}/rollout/advance", {"to_stage": "SHADOW", "reason": "drill", "override": True}
+    )
+
+    assert moved.status_code == 200, moved.json()
+    held = Task.objects.get(pk=live)
+    assert (held.state, held.owner_id) == ("CLAIMED", "worker-a")
+    their_expiry = row(their, live)[1]
+    assert abs(aware(held.lease_expires_at) - their_expiry) < timedelta(seconds=2)
+    assert Task.objects.get(pk=expired).state == "READY"  # ran out: anyone may take it over
+    assert Task.objects.get(pk=free).state == "READY"
+    assert AuditEntry.objects.get(action="legacy_import").detail == {"imported": 1, "skipped": {}}
+
+
+def test_a_rollback_from_v1_only_leaves_their_table_matching_claim_v1(table_store, operator, worker_a):
+    their = table_store
+    oncall = make_actor("oscar-oncall", "oncall")
+    assert operator.post("/namespaces", {"name": NS, "stage": "V1_WRITES"}).status_code == 201
+    written, unwritten, fenced = (task_in_both(operator, their) for _ in range(3))
+    claim = worker_a.claim(written).json()
+    assert worker_a.commit(claim, {"r": "written"}, inline=True).status_code == 200
+    assert (
+        oncall.post(
+            f"/namespaces/{NS}/rollout/advance", {"to_stage": "V1_ONLY", "reason": "drill", "override": True}
+        ).status_code
+        == 200
+    )
+    claim = worker_a.claim(unwritten).json()
+    assert worker_a.commit(claim, {"r": "v1 only"}, inline=True).status_code == 200
+    assert worker_a.claim(fenced).status_code == 200
+    assert row(their, unwritten)[2:4] == (None, None)  # V1_ONLY writes nothing there
+    assert row(their, fenced)[0] is None
+
+    rolled = oncall.post(
+        f"/namespaces/{NS}/rollout/rollback", {"to_stage": "SHADOW", "reason": "drill", "force": True}
+    )
+
+    assert rolled.status_code == 200, rolled.json()
+    assert RolloutState.objects.get(namespace__name=NS).stage == "SHADOW"
+    assert row(their, written)[2:4] == ({"r": "written"}, "worker-a")
+    assert row(their, unwritten)[2:4] == ({"r": "v1 only"}, "worker-a")  # written back
+    assert row(their, fenced)[:2] in {("", None), (None, None)}  # fenced by the rollback: no owner
+    assert Task.objects.get(pk=fenced).state == "CLAIMED"  # (claim.v1 still shows the fenced attempt)
