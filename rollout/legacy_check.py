@@ -1,6 +1,6 @@
 """The pre-flight of a legacy table mapping (``manage.py legacy_check``): read-only questions to the team's database,
-each answered "ok" or with what to change. The change stream's own pre-flight (wal_level, REPLICATION, replica
-identity, publication columns) joins it with the observer."""
+each answered "ok" or with what to change. With ``observe``, the change stream's pre-flight too
+(``stream_check``: wal_level, REPLICATION, replica identity, the publication's columns, the slot)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 
 from .legacy_table import TableLegacyStore, TableMapping, configured_mapping
+from .stream_check import check_stream
 
 _TEXT = ("char", "text", "string")
 _TIME = ("timestamp", "datetime")
@@ -28,7 +29,8 @@ class Report:
         return holds
 
 
-def check(text: str | None = None) -> Report:
+def check(text: str | None = None, *, observe: bool = False) -> Report:
+    """The mapping against the live table; ``observe``: the change stream's pre-flight too (stream_check)."""
     mapping = TableMapping.parse(text) if text is not None else configured_mapping()
     report = Report(mapping.table)
     if not report.expect(
@@ -79,6 +81,8 @@ def check(text: str | None = None) -> Report:
     )
     if not report.problems:  # a read of columns that are not there would only fail for the same reason
         _rights(report, mapping)
+    if observe:
+        check_stream(report, mapping, connection, columns)
     return report
 
 
@@ -128,13 +132,13 @@ def _rights(report: Report, mapping: TableMapping) -> None:
     uses, proved by using them on nothing."""
     store = TableLegacyStore(mapping)
     try:
-        rows = store._select("1 = 1", [], tail=" LIMIT 5")
+        rows = store.sample(5)
     except DatabaseError as exc:
         report.problems.append(f"cannot read {mapping.table}: {exc} (GRANT SELECT on it)")
         return
     report.rows = len(rows)
     report.passed.append(f"read {len(rows)} sample rows")
-    q = store._q
+    q = store.quote
     try:
         with transaction.atomic(using=mapping.database):
             with connections[mapping.database].cursor() as cursor:

@@ -60,9 +60,19 @@ class TableMapping:
     namespace: str = "default"  # every row's namespace, unless namespace_column names the column holding it
     namespace_column: str = ""
     database: str = "legacy"  # the DATABASES alias
+    changed: str = ""  # the column every write of theirs changes (the polling observer, MySQL/MariaDB)
 
     def __post_init__(self) -> None:
-        for label in ("table", "key", "owner", "expires", "result", "completed", "namespace_column"):
+        for label in (
+            "table",
+            "key",
+            "owner",
+            "expires",
+            "result",
+            "completed",
+            "namespace_column",
+            "changed",
+        ):
             value = getattr(self, label)
             if (value or label in ("table", "key", "owner", "expires")) and not _NAME.match(value or ""):
                 raise ImproperlyConfigured(
@@ -186,6 +196,15 @@ class TableLegacyStore(BatchOfOne):
                 written.append(self._written(row, ask, values, now))
         interleave.reach("legacy_table.decided")
         return verdicts, written
+
+    # --- reads for the pre-flight (rollout.legacy_check) ----------------------------------------------------------
+
+    def sample(self, limit: int) -> list[LegacyClaim]:
+        return self._select("1 = 1", [], tail=f" LIMIT {int(limit)}")
+
+    def quote(self, name: str) -> str:
+        """A table or column name (schema.table too) quoted as the legacy database quotes it."""
+        return self._q(name)
 
     # --- the parts -----------------------------------------------------------------------------------------------
 

@@ -198,6 +198,10 @@ LEGACY_DATABASE_URL = env_str("LEGACY_DATABASE_URL", "")
 # How long a decision waits for a row of the legacy table that the team's own workers hold locked, before it fails
 # cleanly (a 503; V1_WRITES' write-through is left to its job): never an unbounded wait behind their transaction.
 LEGACY_LOCK_TIMEOUT_SECONDS = env_int("LEGACY_LOCK_TIMEOUT_SECONDS", 5, minimum=1)
+# Observe mode on PostgreSQL (rollout.stream_check, docs/adopting.md): the publication and the logical replication
+# slot the observer reads the team's table through (pgoutput).
+LEGACY_OBSERVE_PUBLICATION = env_str("LEGACY_OBSERVE_PUBLICATION", "claim_control_plane")
+LEGACY_OBSERVE_SLOT = env_str("LEGACY_OBSERVE_SLOT", "claim_control_plane")
 # A legacy decision in another database whose commit there nobody has seen for this long is judged from that table
 # (rollout.services.legacy_decisions): the request that made it is dead, or about to mark it itself.
 LEGACY_DECISION_GRACE_SECONDS = env_int("LEGACY_DECISION_GRACE_SECONDS", 10, minimum=0)

@@ -34,6 +34,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and "legacy
         "NAME": f"{_default['NAME']}_legacy",
         "TEST": {"NAME": f"{_test_name}_legacy"},
     }
+if env_str("LEGACY_OBSERVE_PG_URL", "") and "legacy_logical" not in DATABASES:
+    # A team's own PostgreSQL with wal_level = logical, a cluster of its own (scripts/legacy-pg-cluster.sh, started by
+    # .ci/run): the change stream's pre-flight and the observer (observe mode) are tested against it.
+    import dj_database_url
+
+    _logical = dj_database_url.parse(env_str("LEGACY_OBSERVE_PG_URL"))
+    _logical["OPTIONS"] = legacy_options(_logical["ENGINE"])
+    _logical["TEST"] = {"NAME": f"test_{_logical['NAME']}"}
+    DATABASES["legacy_logical"] = _logical
 if env_str("LEGACY_MYSQL_URL", "") and "legacy_mysql" not in DATABASES and find_spec("MySQLdb"):
     # The same tests against a MariaDB/MySQL legacy database (.ci/run starts Debian's mariadb-server and sets this).
     import dj_database_url

@@ -17,10 +17,16 @@ class Command(BaseCommand):
         parser.add_argument(
             "--mapping", default=None, help="a mapping (JSON or a file's path) instead of the setting"
         )
+        parser.add_argument(
+            "--observe",
+            action="store_true",
+            help="also the change stream's pre-flight (observe mode): wal_level, REPLICATION, replica identity, "
+            "the publication's columns, the slot — or, on MySQL/MariaDB, the polling observer's 'changed' column",
+        )
 
-    def handle(self, *args, mapping=None, **options):
+    def handle(self, *args, mapping=None, observe=False, **options):
         try:
-            report = legacy_check.check(mapping)
+            report = legacy_check.check(mapping, observe=observe)
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
         for line in report.passed:
