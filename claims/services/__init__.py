@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from ._base import Guard, NamespaceHold, acting_via, audit, guarded, namespace_lock, synthetic
+from ._base import (
+    Guard,
+    NamespaceHold,
+    acting_via,
+    audit,
+    guarded,
+    hold_namespace,
+    namespace_lock,
+    synthetic,
+)
 from .claiming import ClaimGrant, task_claim, task_claim_batch, task_claim_next
 from .commit_many import task_commit_many
 from .dispatch import Delivery, dispatch_deliver
@@ -52,6 +61,7 @@ __all__ = [
     "TaskCreated",
     "epoch_fence",
     "hash_token",
+    "hold_namespace",
     "leases_reap",
     "namespace_create",
     "namespace_lock",

@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.db import transaction
 from django.db.models import QuerySet
 
-from claims import clock
+from claims import clock, interleave
+from claims import services as core
 from claims.errors import NotFound
 from claims.models import Namespace, Principal
 
@@ -30,14 +31,17 @@ def worker_register(
 ) -> WorkerRegistration:
     """Register (or re-register) a worker for a namespace. A protocol older than the namespace requires is
     refused with PROTOCOL_TOO_OLD — and recorded, so the worker's claims are refused until it registers again
-    with a protocol that is new enough."""
-    ns = Namespace.objects.select_related("rollout").filter(name=namespace).first()
-    if ns is None:
-        raise NotFound(f"no such namespace: {namespace}")
-    needed = required_protocol(ns)
-    too_old = _PROTOCOL_RANK.get(protocol, 0) < _PROTOCOL_RANK[needed]
+    with a protocol that is new enough.
+
+    Decided under the lock its record's order depends on: the namespace row FOR SHARE (every stage change takes
+    it FOR NO KEY UPDATE first, so one waits for this registration, and this one reads what one committed), then
+    the stage and protocol minimum, then the clock, then the write."""
     with transaction.atomic(durable=True):
-        now = clock.now()
+        hold = core.hold_namespace(name=namespace)  # NotFound for an unknown namespace
+        ns = Namespace.objects.select_related("rollout").get(pk=hold.id)
+        needed = required_protocol(ns)
+        too_old = _PROTOCOL_RANK.get(protocol, 0) < _PROTOCOL_RANK[needed]
+        interleave.reach("worker_register.decided")
         registration, _ = WorkerRegistration.objects.update_or_create(
             principal=principal.name,
             namespace=ns.name,
@@ -46,8 +50,8 @@ def worker_register(
                 "protocol": protocol,
                 "binary_version": binary_version,
                 "refused": too_old,
-                "registered_at": now,
-                "last_heartbeat": now,
+                "registered_at": hold.now,
+                "last_heartbeat": hold.now,
             },
         )
     if too_old:

@@ -580,3 +580,44 @@ def test_the_legacy_store_decides_on_the_clock_read_after_its_row_lock():
 
     assert box["value"].word == "GRANTED", box
     assert LegacyClaim.objects.get(pk="clock-after-lock").owner_id == "w2"
+
+
+@pytest.mark.postgres
+def test_a_registration_decides_on_the_stage_under_the_namespace_lock(operator):
+    """A legacy-protocol worker registers while an advance to V1_WRITES runs. The registration's decision (is the
+    protocol too old for the stage?) is made on the stage read under the namespace row's lock, which every stage
+    change takes first: paused after deciding, it holds the advance back, so its record (refused or not, and when)
+    belongs to the stage it read. Decided outside the lock (seen failing so), the advance commits meanwhile and the
+    registration lands after it, judged on the stage before."""
+    from rollout.models import WorkerRegistration
+
+    namespace = _ns(operator, "register-race", "V1_READS")
+    oncall = make_actor("oncall-register", "oncall")
+    old = make_actor("old-worker", "worker")
+    pause = Pause("worker_register.decided")
+    thread, box = run_in_thread(
+        lambda: old.client.post(
+            "/api/v1/workers/register",
+            {"protocol": "legacy", "binary_version": "1.0", "namespace": namespace},
+            format="json",
+        )
+    )
+    pause.wait_reached()
+    advancing, advanced = run_in_thread(
+        lambda: oncall.post(
+            f"/namespaces/{namespace}/rollout/advance",
+            {"to_stage": "V1_WRITES", "reason": "race", "override": True},
+        )
+    )
+    wait_done_or_waiting(advanced, 1)
+    held_back = "value" not in advanced  # the advance waits for the registration's lock
+    pause.resume()
+    thread.join(20)
+    advancing.join(20)
+
+    assert held_back, advanced
+    assert box["value"].status_code == 201, box["value"].json()
+    assert advanced["value"].status_code == 200, advanced["value"].json()
+    registration = WorkerRegistration.objects.get(principal="old-worker", namespace=namespace)
+    change = StageChange.objects.filter(namespace=namespace, to_stage="V1_WRITES").get()
+    assert registration.registered_at <= change.at
