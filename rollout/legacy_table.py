@@ -37,7 +37,7 @@ from django.db import connection, connections, transaction
 from django.db.models.functions import Now
 
 from claims import interleave
-from claims.digest import canonical_json
+from claims.digest import canonical_json, digest
 
 from .legacy import _DECIDE, BatchOfOne, LegacyAsk, LegacyVerdict, current_unit
 from .models import LegacyClaim, LegacyDecision
@@ -202,6 +202,20 @@ class TableLegacyStore(BatchOfOne):
     def sample(self, limit: int) -> list[LegacyClaim]:
         return self._select("1 = 1", [], tail=f" LIMIT {int(limit)}")
 
+    def from_text(self, values: dict[str, str | None]) -> LegacyClaim:
+        """A row as PostgreSQL's change stream sends it (every column as text) read as the adapter reads rows."""
+        m = self.mapping
+        typed: list[Any] = []
+        for column in m.columns():
+            value = values.get(column)
+            if value is not None and column == m.expires:
+                typed.append(_timestamp(value))
+            elif value is not None and column == m.completed and m.completed_as == "true":
+                typed.append(value == "t")
+            else:
+                typed.append(value)
+        return self._row(tuple(typed))
+
     def quote(self, name: str) -> str:
         """A table or column name (schema.table too) quoted as the legacy database quotes it."""
         return self._q(name)
@@ -303,6 +317,7 @@ class TableLegacyStore(BatchOfOne):
             expires_at=_aware(named[m.expires]),
             result=result,
             completed_by=_completed_by(completed, named[m.owner] or ""),
+            result_digest=digest(result) if result is not None else "",
             pool="",
         )
 
@@ -340,6 +355,12 @@ def _aware(value: Any) -> datetime | None:
         return None
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _timestamp(text: str) -> datetime:
+    """PostgreSQL's text form of a timestamp (with or without a time zone: without is UTC here)."""
+    value = datetime.fromisoformat(text if not text.endswith(("+00", "-00")) else text + ":00")
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 

@@ -61,6 +61,24 @@ class ValidationCollector(Collector):
         for name, count in selectors.legacy_writes_pending_by_namespace().items():
             pending.add_metric([name], count)
         yield pending
+        lag = GaugeMetricFamily(
+            "rollout_observer_lag_bytes",
+            "WAL of the legacy table's database the observer's slot still holds (observe mode), at its last pass.",
+            labels=["slot"],
+        )
+        behind = GaugeMetricFamily(
+            "rollout_observer_last_commit_age_seconds",
+            "Since the commit of the newest legacy transaction the observer judged.",
+            labels=["slot"],
+        )
+        now = clock.now()
+        for position in selectors.observer_positions():
+            if position.lag_bytes is not None:
+                lag.add_metric([position.name], position.lag_bytes)
+            if position.last_commit_at is not None:
+                behind.add_metric([position.name], (now - position.last_commit_at).total_seconds())
+        yield lag
+        yield behind
 
 
 _registered = False

@@ -340,3 +340,18 @@ class LegacyDecision(models.Model):
             models.Index(fields=["task_id", "id"], name="legacydecision_task"),
             models.Index(fields=["id"], condition=Q(resolved_at__isnull=True), name="legacydecision_open"),
         ]
+
+
+class ObserverPosition(models.Model):
+    """Where the observer of a legacy table (observe mode) is in its change stream: every transaction before ``lsn``
+    judged, and of the one ending at ``lsn`` its first ``index`` changes. Written in the same transaction as each
+    judgement's comparison, so a killed observer resumes judging no change twice and skipping none."""
+
+    name = models.CharField(max_length=100, unique=True)  # the replication slot's
+    lsn = models.CharField(max_length=32, default="0/0")
+    index = models.PositiveIntegerField(default=0)
+    judged = models.PositiveBigIntegerField(default=0)  # legacy decisions judged
+    unknown = models.PositiveBigIntegerField(default=0)  # changes of tasks claim.v1 does not have
+    last_commit_at = models.DateTimeField(null=True, blank=True)  # the newest judged transaction's commit
+    lag_bytes = models.BigIntegerField(null=True, blank=True)  # WAL the slot still holds, as of updated_at
+    updated_at = models.DateTimeField()

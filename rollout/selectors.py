@@ -34,6 +34,7 @@ from .models import (
     LegacyWrite,
     Mismatch,
     MismatchStatus,
+    ObserverPosition,
     Rollback,
     RolloutState,
     Stage,
@@ -328,6 +329,10 @@ def legacy_writes_pending(namespace: str | None = None) -> int:
 def legacy_writes_pending_by_namespace() -> dict[str, int]:
     rows = LegacyWrite.objects.filter(applied_at__isnull=True).values("namespace").annotate(n=Count("id"))
     return {row["namespace"]: row["n"] for row in rows}
+
+
+def observer_positions() -> list[ObserverPosition]:
+    return list(ObserverPosition.objects.order_by("name"))
 
 
 def last_snapshot(namespace: str, pool: str = "") -> DrainSnapshot | None:

@@ -122,7 +122,7 @@ def _postgresql(
             wal_status != "lost",
             f"slot {slot} is usable (wal_status {wal_status})",
             f"slot {slot} was invalidated (wal_status lost: WAL it needed is gone): take a new snapshot — "
-            "manage.py legacy_observe --resnapshot (docs/adopting.md, runbook)",
+            "manage.py legacy_observe --resnapshot REASON --as ONCALL (docs/adopting.md, runbook)",
         )
 
 

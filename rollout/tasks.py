@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 from django.db import DatabaseError
 
 from claims.locks import singleton
 from claims.models import Namespace
 
 from .models import Rollback, Stage
-from .services import jobs, legacy_decisions, stages, write_through
+from .services import jobs, legacy_decisions, observe, stages, write_through
 from .services.retention import rollout_history_prune
 
 _RETRY = {"autoretry_for": (DatabaseError,), "retry_backoff": True, "retry_kwargs": {"max_retries": 5}}
@@ -54,6 +55,17 @@ def settle_legacy_decisions(namespace: str | None = None) -> dict[str, int]:
             return {"skipped": 1}
         settled = legacy_decisions.resolve_open(namespace=namespace)
         return {**settled, "compared_late": legacy_decisions.compare_late(namespace=namespace)}
+
+
+@shared_task(name="rollout.observe_legacy", **_RETRY)
+def observe_legacy(limit: int = 1000) -> dict[str, int]:
+    """Periodic, where ROLLOUT_LEGACY_OBSERVE is on: one pass of observe mode (services/observe.py), alone."""
+    if not settings.ROLLOUT_LEGACY_OBSERVE:
+        return {"skipped": 1}
+    with singleton("observe_legacy") as got:
+        if not got:
+            return {"skipped": 1}
+        return observe.observe_once(limit=limit)
 
 
 @shared_task(name="rollout.gate_check", **_RETRY)

@@ -30,7 +30,7 @@ from .namespaces import (
     namespace_release_hold,
     namespace_resume,
 )
-from .principals import IssuedToken, hash_token, token_issue, token_revoke
+from .principals import IssuedToken, hash_token, principal_ensure, token_issue, token_revoke
 from .resources import ResourceView, resource_check, resource_create, resource_delete, resource_get
 from .results import Committed, Staged, result_stage, task_commit
 from .tasks import TaskCreated, task_cancel, task_create, task_requeue, task_revise_input
@@ -64,6 +64,7 @@ __all__ = [
     "hold_namespace",
     "leases_reap",
     "namespace_create",
+    "principal_ensure",
     "namespace_lock",
     "namespace_release_hold",
     "namespace_resume",

@@ -68,6 +68,18 @@ def token_issue(*, name: str, role: str, pool: str = "") -> IssuedToken:
     return IssuedToken(principal=principal, token=raw)
 
 
+def principal_ensure(*, name: str, role: str) -> Principal:
+    """The principal named ``name``, created without a token if there is none (a worker the control plane only
+    observes, such as a legacy binary writing its own table: it can never authenticate). Its role must match."""
+    with transaction.atomic(durable=True):
+        principal, _ = Principal.objects.get_or_create(
+            name=name, defaults={"role": role, "pool": "", "created_at": clock.now()}
+        )
+    if principal.role != role:
+        raise Invalid({"role": [f"principal {name!r} exists with role {principal.role}"]})
+    return principal
+
+
 UI_ROLES = ("oncall", "operator")  # strongest first; a user in neither group is a viewer
 
 

@@ -202,6 +202,8 @@ LEGACY_LOCK_TIMEOUT_SECONDS = env_int("LEGACY_LOCK_TIMEOUT_SECONDS", 5, minimum=
 # slot the observer reads the team's table through (pgoutput).
 LEGACY_OBSERVE_PUBLICATION = env_str("LEGACY_OBSERVE_PUBLICATION", "claim_control_plane")
 LEGACY_OBSERVE_SLOT = env_str("LEGACY_OBSERVE_SLOT", "claim_control_plane")
+# Observe mode on: the rollout.observe_legacy job follows the table every 2 s (after manage.py legacy_observe --setup).
+ROLLOUT_LEGACY_OBSERVE = env_bool("ROLLOUT_LEGACY_OBSERVE", False)
 # A legacy decision in another database whose commit there nobody has seen for this long is judged from that table
 # (rollout.services.legacy_decisions): the request that made it is dead, or about to mark it itself.
 LEGACY_DECISION_GRACE_SECONDS = env_int("LEGACY_DECISION_GRACE_SECONDS", 10, minimum=0)

@@ -43,5 +43,6 @@ CELERY_BEAT_SCHEDULE = {
     "advance-rollbacks": {"task": "rollout.advance_rollback", "schedule": 15.0},
     "apply-legacy-writes": {"task": "rollout.apply_legacy_writes", "schedule": 5.0},
     "settle-legacy-decisions": {"task": "rollout.settle_legacy_decisions", "schedule": 10.0},
+    "observe-legacy": {"task": "rollout.observe_legacy", "schedule": 2.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

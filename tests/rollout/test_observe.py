@@ -1,0 +1,159 @@
+"""Observe mode on PostgreSQL (issue 23, point 2): the team's workers write their own table, straight SQL as the
+example application does (claim by ``UPDATE … WHERE locked_until < now()``, complete last-write-wins); the control
+plane follows the table's changes through pgoutput and judges each legacy decision with claim.v1 in shadow. The
+stale overwrite legacy lets through (acceptance case A16) is caught; a killed observer resumes judging no change
+twice and skipping none. On a PostgreSQL cluster with wal_level = logical of its own (the ``legacy_logical``
+alias)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from django.db import connections
+
+from claims import interleave
+from rollout.models import ComparedOperation, LegacyEvent, Mismatch, ObserverPosition
+from rollout.services import observe
+from tests.support.legacy_db import NS, Their, task_in_both, their_table_configured
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True, databases=["default", "legacy_logical"]),
+    pytest.mark.skipif(
+        "legacy_logical" not in connections,
+        reason="no PostgreSQL with wal_level = logical (LEGACY_OBSERVE_PG_URL; .ci/run sets it)",
+    ),
+]
+
+
+@pytest.fixture
+def their():
+    db = Their("legacy_logical")
+    _drop_stream(db)
+    db.create_jobs()
+    db.sql("ALTER TABLE jobs REPLICA IDENTITY FULL")
+    with their_table_configured("legacy_logical"):
+        yield db
+    _drop_stream(db)
+    db.sql("DROP TABLE IF EXISTS jobs")
+
+
+def _drop_stream(db: Their) -> None:
+    if db.sql("SELECT 1 FROM pg_replication_slots WHERE slot_name = 'claim_control_plane'"):
+        db.sql("SELECT pg_drop_replication_slot('claim_control_plane')")
+    db.sql("DROP PUBLICATION IF EXISTS claim_control_plane")
+
+
+# --- the legacy workers, as the example application writes its table ------------------------------------------
+
+
+def claim(db: Their, job: str, worker: str, ttl: float) -> bool:
+    db.sql(
+        "UPDATE jobs SET locked_by = %s, locked_until = now() + make_interval(secs => %s) "
+        "WHERE job_id = %s AND (locked_until IS NULL OR locked_until < now())",
+        [worker, ttl, job],
+    )
+    return db.sql("SELECT locked_by FROM jobs WHERE job_id = %s", [job])[0][0] == worker
+
+
+def complete(db: Their, job: str, worker: str, output: dict) -> None:
+    db.sql(
+        "UPDATE jobs SET output = %s, finished_by = %s WHERE job_id = %s", [json.dumps(output), worker, job]
+    )
+
+
+def test_the_observer_judges_their_writes_and_catches_the_stale_overwrite(their, operator):
+    assert operator.post("/namespaces", {"name": NS, "stage": "SHADOW"}).status_code == 201
+    job = task_in_both(operator, their)
+    assert observe.setup().lsn == "0/0"
+
+    assert claim(their, job, "w1", ttl=1)
+    time.sleep(1.2)  # w1's claim runs out in their table
+    assert claim(their, job, "w2", ttl=30)  # a takeover
+    complete(their, job, "w1", {"by": "w1"})  # the stale worker finishes anyway: last write wins there
+    complete(their, job, "w2", {"by": "w2"})
+
+    counts = observe.observe_once()
+
+    assert counts == {"transactions": 4, "judged": 4, "unknown": 0}  # (their INSERT came before the slot)
+    events = list(LegacyEvent.objects.filter(task_id=job).order_by("id").values_list("operation", "owner_id"))
+    assert events == [("claim", "w1"), ("claim", "w2"), ("complete", "w1"), ("complete", "w2")]
+    assert ComparedOperation.objects.filter(namespace=NS).count() == 4
+    reasons = list(Mismatch.objects.filter(task_id=job).values_list("reason", "operation"))
+    assert reasons == [("STALE_COMMIT_ACCEPTED", "complete")]  # w1's, after w2 took over
+    position = ObserverPosition.objects.get()
+    assert position.judged == 4 and position.lag_bytes is not None
+    assert observe.observe_once() == {"transactions": 0, "judged": 0, "unknown": 0}  # the slot moved on
+
+
+def test_a_killed_observer_resumes_judging_no_change_twice_and_skipping_none(their, operator):
+    assert operator.post("/namespaces", {"name": NS, "stage": "SHADOW"}).status_code == 201
+    jobs = [task_in_both(operator, their) for _ in range(3)]
+    observe.setup()
+    for job in jobs:
+        assert claim(their, job, "w1", ttl=30)
+    judged = 0
+
+    def die() -> None:
+        nonlocal judged
+        judged += 1
+        if judged == 2:
+            raise SystemExit("the observer is killed while recording its second judgement")
+
+    interleave.install("observe.recorded", die)
+    try:
+        with pytest.raises(SystemExit):
+            observe.observe_once()
+    finally:
+        interleave.clear()
+    assert ComparedOperation.objects.filter(namespace=NS).count() == 1  # the second rolled back whole
+
+    counts = observe.observe_once()
+
+    assert counts["judged"] == 2  # the second and the third, not the first again
+    assert ComparedOperation.objects.filter(namespace=NS).count() == 3
+    assert LegacyEvent.objects.filter(namespace=NS).count() == 3
+    assert not Mismatch.objects.exists()
+
+
+def test_setup_refuses_before_creating_anything_when_the_pre_flight_fails(their):
+    their.sql("ALTER TABLE jobs REPLICA IDENTITY DEFAULT")
+
+    with pytest.raises(observe.ObserveRefused, match="REPLICA IDENTITY FULL"):
+        observe.setup()
+
+    assert not their.sql("SELECT 1 FROM pg_replication_slots WHERE slot_name = 'claim_control_plane'")
+    assert not their.sql("SELECT 1 FROM pg_publication WHERE pubname = 'claim_control_plane'")
+
+
+def test_a_lost_slot_is_taken_anew_by_oncall_with_the_gap_audited_and_observing_goes_on(
+    their, operator, settings
+):
+    from django.core.management import call_command
+
+    from claims.models import AuditEntry, Principal
+    from rollout.tasks import observe_legacy
+    from tests.support.actors import make_actor
+
+    assert operator.post("/namespaces", {"name": NS, "stage": "SHADOW"}).status_code == 201
+    first, second = task_in_both(operator, their), task_in_both(operator, their)
+    observe.setup()
+    assert claim(their, first, "w1", ttl=30)
+    assert observe.observe_once()["judged"] == 1
+    make_actor("oscar-oncall", "oncall")
+
+    with pytest.raises(observe.ObserveRefused, match="oncall's"):
+        observe.resnapshot(principal=Principal.objects.get(name=operator.name), reason="not mine")
+    position = observe.resnapshot(principal=Principal.objects.get(name="oscar-oncall"), reason="slot lost")
+
+    assert (position.lsn, position.index) == ("0/0", 0)
+    entry = AuditEntry.objects.get(action="observer_resnapshot")
+    assert (entry.principal, entry.reason) == ("oscar-oncall", "slot lost")
+    assert entry.detail["unjudged_after"] is not None
+    assert claim(their, second, "w2", ttl=30)
+    settings.ROLLOUT_LEGACY_OBSERVE = True
+    assert observe_legacy.delay().get() == {"transactions": 1, "judged": 1, "unknown": 0}
+    call_command("legacy_observe", "--once")  # nothing new: the command's pass reads nothing
+    assert ComparedOperation.objects.filter(namespace=NS).count() == 2
