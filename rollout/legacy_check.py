@@ -46,7 +46,7 @@ def check(text: str | None = None, *, observe: bool = False) -> Report:
         report.problems.append(f"cannot connect to the legacy database: {exc}")
         return report
     report.passed.append(f"connected ({connection.vendor})")
-    columns = _columns(connection, mapping)
+    columns = table_columns(connection, mapping)
     if not report.expect(
         columns is not None,
         f"table {mapping.table} exists",
@@ -98,7 +98,7 @@ def _roles(mapping: TableMapping) -> list[tuple[str, str, tuple[str, ...]]]:
     return roles
 
 
-def _columns(connection: Any, mapping: TableMapping) -> dict[str, tuple[str, bool]] | None:
+def table_columns(connection: Any, mapping: TableMapping) -> dict[str, tuple[str, bool]] | None:
     """The table's columns: name → (type as the database names it, lowercased; nullable)."""
     schema, _, table = mapping.table.rpartition(".")
     if connection.vendor == "postgresql":

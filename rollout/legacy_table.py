@@ -216,6 +216,28 @@ class TableLegacyStore(BatchOfOne):
                 typed.append(value)
         return self._row(tuple(typed))
 
+    def changed_since(
+        self, value: Any, key: str, *, limit: int, margin_seconds: float
+    ) -> list[tuple[LegacyClaim, Any]]:
+        """The polling observer's read: rows whose ``changed`` column (with the key as the tie-break) is past
+        ``value``/``key``, oldest first, each with that value; a timestamp column only up to ``margin_seconds``
+        ago (a write of a transaction still open when the poll passed its value would be skipped)."""
+        m = self.mapping
+        changed, q = self._q(m.changed), self._q
+        where = f"({changed} > %s OR ({changed} = %s AND {q(m.key)} > %s))"
+        params: list[Any] = [value, value, key]
+        if isinstance(value, datetime):
+            where += f" AND {changed} < CURRENT_TIMESTAMP(6) - INTERVAL %s MICROSECOND"
+            params.append(int(margin_seconds * 1_000_000))
+        columns = ", ".join(q(c) for c in m.columns())
+        with connections[m.database].cursor() as cursor:
+            cursor.execute(
+                f"SELECT {columns}, {changed} FROM {q(m.table)} WHERE {where} "
+                f"ORDER BY {changed}, {q(m.key)} LIMIT {int(limit)}",
+                params,
+            )
+            return [(self._row(values[:-1]), values[-1]) for values in cursor.fetchall()]
+
     def quote(self, name: str) -> str:
         """A table or column name (schema.table too) quoted as the legacy database quotes it."""
         return self._q(name)

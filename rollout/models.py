@@ -347,11 +347,22 @@ class ObserverPosition(models.Model):
     judged, and of the one ending at ``lsn`` its first ``index`` changes. Written in the same transaction as each
     judgement's comparison, so a killed observer resumes judging no change twice and skipping none."""
 
-    name = models.CharField(max_length=100, unique=True)  # the replication slot's
-    lsn = models.CharField(max_length=32, default="0/0")
+    name = models.CharField(max_length=100, unique=True)  # the replication slot's, or poll:<table>
+    # PostgreSQL: the LSN and the changes of its transaction judged. Polling (MySQL/MariaDB): the last row read,
+    # by its ``changed`` value (as text) and key.
+    lsn = models.CharField(max_length=40, default="0/0")
     index = models.PositiveIntegerField(default=0)
+    key = models.CharField(max_length=200, blank=True, default="")
     judged = models.PositiveBigIntegerField(default=0)  # legacy decisions judged
     unknown = models.PositiveBigIntegerField(default=0)  # changes of tasks claim.v1 does not have
     last_commit_at = models.DateTimeField(null=True, blank=True)  # the newest judged transaction's commit
     lag_bytes = models.BigIntegerField(null=True, blank=True)  # WAL the slot still holds, as of updated_at
     updated_at = models.DateTimeField()
+
+
+class ObservedRow(models.Model):
+    """The polling observer's copy of a legacy row as it last read it (owner, expiry, completion, result): what the
+    row's next version is compared with. Written in the same transaction as the judgement of that version."""
+
+    task_id = models.CharField(max_length=200, primary_key=True)
+    state = models.JSONField()

@@ -69,6 +69,13 @@ def _postgresql(
         "REPLICA IDENTITY FULL — the observer judges each change against the row before it, which PostgreSQL "
         "sends only under FULL",
     )
+    _publication(report, mapping, connection, columns)
+    _slot(report, connection)
+
+
+def _publication(
+    report: Any, mapping: TableMapping, connection: Any, columns: dict[str, tuple[str, bool]]
+) -> None:
     publication = settings.LEGACY_OBSERVE_PUBLICATION
     published = _one(connection, "SELECT pubupdate FROM pg_publication WHERE pubname = %s", [publication])
     if published is None:
@@ -98,6 +105,9 @@ def _postgresql(
             + f": the replica identity FULL needs every column — ALTER PUBLICATION {publication} SET TABLE "
             f"{mapping.table}",
         )
+
+
+def _slot(report: Any, connection: Any) -> None:
     slot = settings.LEGACY_OBSERVE_SLOT
     with connection.cursor() as cursor:
         cursor.execute("SELECT plugin, wal_status FROM pg_replication_slots WHERE slot_name = %s", [slot])

@@ -13,7 +13,7 @@ from claims.locks import singleton
 from claims.models import Namespace
 
 from .models import Rollback, Stage
-from .services import jobs, legacy_decisions, observe, stages, write_through
+from .services import jobs, legacy_decisions, observers, stages, write_through
 from .services.retention import rollout_history_prune
 
 _RETRY = {"autoretry_for": (DatabaseError,), "retry_backoff": True, "retry_kwargs": {"max_retries": 5}}
@@ -58,14 +58,14 @@ def settle_legacy_decisions(namespace: str | None = None) -> dict[str, int]:
 
 
 @shared_task(name="rollout.observe_legacy", **_RETRY)
-def observe_legacy(limit: int = 1000) -> dict[str, int]:
-    """Periodic, where ROLLOUT_LEGACY_OBSERVE is on: one pass of observe mode (services/observe.py), alone."""
+def observe_legacy(limit: int = 1000) -> dict[str, Any]:
+    """Periodic, where ROLLOUT_LEGACY_OBSERVE is on: one pass of observe mode (services/observers.py), alone."""
     if not settings.ROLLOUT_LEGACY_OBSERVE:
         return {"skipped": 1}
     with singleton("observe_legacy") as got:
         if not got:
             return {"skipped": 1}
-        return observe.observe_once(limit=limit)
+        return observers.once(limit=limit)
 
 
 @shared_task(name="rollout.gate_check", **_RETRY)

@@ -201,6 +201,7 @@ def mismatches(request: HttpRequest, ns: str) -> HttpResponse:
             status=status,
             reasons=list(MismatchReason.values),
             over_time=console.mismatches_per_hour(ns, clock.now()),
+            observed=selectors.observer_positions(),
         ),
     )
 

@@ -204,6 +204,9 @@ LEGACY_OBSERVE_PUBLICATION = env_str("LEGACY_OBSERVE_PUBLICATION", "claim_contro
 LEGACY_OBSERVE_SLOT = env_str("LEGACY_OBSERVE_SLOT", "claim_control_plane")
 # Observe mode on: the rollout.observe_legacy job follows the table every 2 s (after manage.py legacy_observe --setup).
 ROLLOUT_LEGACY_OBSERVE = env_bool("ROLLOUT_LEGACY_OBSERVE", False)
+# The polling observer (MySQL/MariaDB, rollout.services.poll) reads a timestamp 'changed' column only up to this long
+# ago, so that a write whose transaction was still open when a pass went by is not skipped.
+LEGACY_POLL_MARGIN_SECONDS = float(env_str("LEGACY_POLL_MARGIN_SECONDS", "2"))
 # A legacy decision in another database whose commit there nobody has seen for this long is judged from that table
 # (rollout.services.legacy_decisions): the request that made it is dead, or about to mark it itself.
 LEGACY_DECISION_GRACE_SECONDS = env_int("LEGACY_DECISION_GRACE_SECONDS", 10, minimum=0)

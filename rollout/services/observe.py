@@ -16,6 +16,7 @@ legacy's own rule applied — so claim.v1 judges the new claim, not a lease the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -53,9 +54,8 @@ class Observed:
     owner_id: str
     row: LegacyClaim  # the row after it
     before: LegacyClaim | None
-    committed_at: datetime
-    lsn: str
-    index: int  # its place among the transaction's changes, counted from 1
+    committed_at: datetime  # when legacy decided: its commit (a polled row: when the observer saw it)
+    position: dict[str, Any]  # the ObserverPosition fields its judgement moves the position to
 
 
 _WORDS = {"claim": "GRANTED", "heartbeat": "RENEWED", "release": "RELEASED", "complete": "COMPLETED"}
@@ -146,7 +146,7 @@ def observe_once(*, limit: int = 1000) -> dict[str, int]:
                 ObserverPosition.objects.filter(pk=position.pk).update(unknown=F("unknown") + 1)
                 counts["unknown"] += 1
                 continue
-            _judge(seen, position.pk)
+            judge(seen, position.pk)
             counts["judged"] += 1
     if done is not None:
         _advance(legacy, slot, position.pk, done)
@@ -159,6 +159,13 @@ def _decision(store: Any, change: pgoutput.Change, txn: pgoutput.Transaction, in
         return None
     after = store.from_text(change.new)
     before = store.from_text(change.old) if change.old is not None else None
+    return decided(before, after, txn.committed_at, {"lsn": txn.lsn, "index": index})
+
+
+def decided(
+    before: LegacyClaim | None, after: LegacyClaim, at: datetime, position: dict[str, Any]
+) -> Observed | None:
+    """The legacy decision a row's change from ``before`` to ``after`` was, or None."""
     was_owner = before.owner_id if before else ""
     seen: tuple[str, str] | None = None
     completed_before = (before.completed_by, before.result) if before else ("", None)
@@ -173,16 +180,14 @@ def _decision(store: Any, change: pgoutput.Change, txn: pgoutput.Transaction, in
     if seen is None:
         return None
     operation, owner = seen
-    return Observed(
-        operation, after.task_id, after.namespace, owner, after, before, txn.committed_at, txn.lsn, index
-    )
+    return Observed(operation, after.task_id, after.namespace, owner, after, before, at, position)
 
 
 class _Observed(core.Guard):
     """Records one judgement inside the claim.v1 decision's own transaction (or, refused, in one of its own)."""
 
-    def __init__(self, seen: Observed, position_id: int):
-        self.seen, self.position_id = seen, position_id
+    def __init__(self, seen: Observed, position_id: int, also: Callable[[], None] | None = None):
+        self.seen, self.position_id, self.also = seen, position_id, also
 
     def settle(self, point: str, ns: core.NamespaceHold, value: Any) -> None:
         self.record(V1Verdict(True, _ACCEPTED[self.seen.operation], value=value))
@@ -212,17 +217,20 @@ class _Observed(core.Guard):
             v1=v1,
         )
         interleave.reach("observe.recorded")
+        if self.also is not None:
+            self.also()
         ObserverPosition.objects.filter(pk=self.position_id).update(
-            lsn=seen.lsn,
-            index=seen.index,
+            **seen.position,
             judged=F("judged") + 1,
             last_commit_at=seen.committed_at,
             updated_at=clock.now(),
         )
 
 
-def _judge(seen: Observed, position_id: int) -> None:
-    hook = _Observed(seen, position_id)
+def judge(seen: Observed, position_id: int, also: Callable[[], None] | None = None) -> None:
+    """One legacy decision judged by claim.v1 and recorded with the position (and ``also``, in the same
+    transaction) — exactly once."""
+    hook = _Observed(seen, position_id, also)
     principal = core.principal_ensure(name=seen.owner_id, role=Role.WORKER)
     if seen.operation == "claim" and seen.before is not None and seen.before.owner_id:
         _expired_in_legacy(seen.before.owner_id, seen.task_id)

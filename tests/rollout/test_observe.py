@@ -154,6 +154,6 @@ def test_a_lost_slot_is_taken_anew_by_oncall_with_the_gap_audited_and_observing_
     assert entry.detail["unjudged_after"] is not None
     assert claim(their, second, "w2", ttl=30)
     settings.ROLLOUT_LEGACY_OBSERVE = True
-    assert observe_legacy.delay().get() == {"transactions": 1, "judged": 1, "unknown": 0}
+    assert observe_legacy.delay().get() == {"read": 1, "judged": 1, "unknown": 0}
     call_command("legacy_observe", "--once")  # nothing new: the command's pass reads nothing
     assert ComparedOperation.objects.filter(namespace=NS).count() == 2

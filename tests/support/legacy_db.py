@@ -109,19 +109,20 @@ def wait_for_a_lock_waiter(their, timeout: float = 20.0) -> None:
 NS = "wt"  # the namespace the tests migrate
 
 
-def use_their_table(alias: str):
+def use_their_table(alias: str, **mapping: str):
     """Settings as a team sets them: the shipped adapter over their table (env: ROLLOUT_LEGACY_STORE and
     ROLLOUT_LEGACY_TABLE)."""
     return {
         "ROLLOUT_LEGACY_STORE": "rollout.legacy_table.TableLegacyStore",
-        "ROLLOUT_LEGACY_TABLE": json.dumps({**MAPPING, "database": alias}),
+        "ROLLOUT_LEGACY_TABLE": json.dumps({**MAPPING, "database": alias, **mapping}),
     }
 
 
 @contextmanager
-def their_table_configured(alias: str) -> Iterator[None]:
-    """This process configured as ``use_their_table`` says (the store and its mapping are cached: cleared)."""
-    values = use_their_table(alias)
+def their_table_configured(alias: str, **mapping: str) -> Iterator[None]:
+    """This process configured as ``use_their_table`` says (the store and its mapping are cached: cleared);
+    ``mapping``: keys of the mapping added."""
+    values = use_their_table(alias, **mapping)
     saved = {name: getattr(settings, name) for name in values}
     try:
         for name, value in values.items():

@@ -1,6 +1,6 @@
-"""``manage.py legacy_observe``: observe mode on PostgreSQL (docs/adopting.md) — the team's workers keep writing
-their table; this follows its changes through logical decoding and judges each legacy decision with claim.v1 in
-shadow. ``--setup`` runs the pre-flight and creates what is missing (the publication, the slot); then it observes,
+"""``manage.py legacy_observe``: observe mode (docs/adopting.md) — the team's workers keep writing their table; this
+follows its changes (PostgreSQL: logical decoding; MySQL/MariaDB: polling a 'changed' column) and judges each legacy
+decision with claim.v1 in shadow. ``--setup`` runs the pre-flight and creates what is missing (the publication, the slot); then it observes,
 every ``--interval`` seconds, until stopped (``--once``: one pass). The ``rollout.observe_legacy`` job does one pass
 on beat's schedule where ``ROLLOUT_LEGACY_OBSERVE`` is on."""
 
@@ -12,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from claims.models import Principal
-from rollout.services import observe
+from rollout.services import observe, observers
 
 
 class Command(BaseCommand):
@@ -47,13 +47,13 @@ class Command(BaseCommand):
                     f"a new slot {position.name}; the gap is in the audit log (observer_resnapshot)"
                 )
             elif setup:
-                position = observe.setup()
+                position = observers.setup()
                 self.stdout.write(f"observing from {position.lsn} (slot {position.name})")
             while True:
-                counts = observe.observe_once(limit=limit)
-                if counts["transactions"] or once:
+                counts = observers.once(limit=limit)
+                if counts["read"] or once:
                     self.stdout.write(
-                        f"{counts['transactions']} transactions, {counts['judged']} legacy decisions judged, "
+                        f"{counts['read']} read, {counts['judged']} legacy decisions judged, "
                         f"{counts['unknown']} of tasks claim.v1 does not have"
                     )
                 if once:

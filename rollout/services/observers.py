@@ -1,0 +1,29 @@
+"""Observe mode's observer for the configured legacy table: the change stream on PostgreSQL (``observe``), the
+polling observer on MySQL/MariaDB (``poll``). What the command and the job call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connections
+
+from ..legacy import legacy_store
+from ..models import ObserverPosition
+from . import observe, poll
+
+
+def _polls() -> bool:
+    return connections[legacy_store().mapping.database].vendor == "mysql"  # type: ignore[attr-defined]
+
+
+def setup() -> ObserverPosition:
+    return poll.setup() if _polls() else observe.setup()
+
+
+def once(*, limit: int = 1000) -> dict[str, Any]:
+    """One pass: what it read and judged."""
+    if _polls():
+        counts = poll.poll_once(limit=limit)
+        return {"read": counts["rows"], "judged": counts["judged"], "unknown": counts["unknown"]}
+    counts = observe.observe_once(limit=limit)
+    return {"read": counts["transactions"], "judged": counts["judged"], "unknown": counts["unknown"]}
