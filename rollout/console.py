@@ -71,6 +71,9 @@ def gate_checklist(
         row("staged results awaiting commit", str(f["awaiting_commit"]), "none", not f["awaiting_commit"])
         pending = f.get("legacy_writes_pending", 0)  # absent from evaluations recorded before it was counted
         row("writes not yet in the legacy table", str(pending), "none", not pending)
+        direct = f.get("direct_writes", 0)
+        row("old binaries' direct writes to the legacy table, unreviewed", str(direct), "none", not direct,
+            ("console:mismatches", "reason=DIRECT_WRITE&status=OPEN"))  # fmt: skip
         row("clean drain snapshots in a row", str(f["clean_streak"]), "at least 2", f["clean_streak"] >= 2)
         row("open mismatches", str(f["open_mismatches"]), "none", not f["open_mismatches"],
             ("console:mismatches", "status=OPEN"))  # fmt: skip

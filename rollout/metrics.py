@@ -61,6 +61,14 @@ class ValidationCollector(Collector):
         for name, count in selectors.legacy_writes_pending_by_namespace().items():
             pending.add_metric([name], count)
         yield pending
+        direct = GaugeMetricFamily(
+            "rollout_direct_legacy_writes",
+            "Observe mode, from V1_WRITES on: old binaries' writes straight to the legacy table, not yet reviewed.",
+            labels=["namespace"],
+        )
+        for name, count in selectors.direct_writes_by_namespace().items():
+            direct.add_metric([name], count)
+        yield direct
         lag = GaugeMetricFamily(
             "rollout_observer_lag_bytes",
             "WAL of the legacy table's database the observer's slot still holds (observe mode), at its last pass.",

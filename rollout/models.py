@@ -91,6 +91,9 @@ class MismatchReason(models.TextChoices):
     V1_REJECTED_ONLY = "V1_REJECTED_ONLY"
     LEGACY_REJECTED_ONLY = "LEGACY_REJECTED_ONLY"
     WINNER_DIFFERS = "WINNER_DIFFERS"
+    # observe mode, from V1_WRITES on: the legacy table changed, and not by claim.v1's write-through — an old binary
+    # still writes it directly (docs/adopting.md, runbook)
+    DIRECT_WRITE = "DIRECT_WRITE"
 
 
 class MismatchStatus(models.TextChoices):
@@ -205,6 +208,8 @@ class DrainSnapshot(models.Model):
     awaiting_commit = models.PositiveIntegerField()
     # claim.v1 decisions not yet written through to a legacy table in another database (rollout.LegacyWrite)
     legacy_writes_pending = models.PositiveIntegerField(default=0)
+    # observe mode: writes of old binaries straight to the legacy table not yet reviewed (open DIRECT_WRITE mismatches)
+    direct_writes = models.PositiveIntegerField(default=0)
     # ``clean`` in the database and the API; not as the attribute, which would shadow Model.clean().
     is_clean = models.BooleanField(db_column="clean")
     clean_streak = models.PositiveIntegerField()

@@ -33,6 +33,7 @@ from .models import (
     LegacyClaim,
     LegacyWrite,
     Mismatch,
+    MismatchReason,
     MismatchStatus,
     ObserverPosition,
     Rollback,
@@ -66,6 +67,12 @@ def rollout_state(namespace: Namespace) -> tuple[str, str]:
 
 def stage_of(namespace: Namespace) -> str:
     return rollout_state(namespace)[0]
+
+
+def stage_of_name(namespace: str) -> str:
+    """A namespace's stage by its name (an unknown namespace: the core's default, V1_ONLY)."""
+    stage = RolloutState.objects.filter(namespace__name=namespace).values_list("stage", flat=True).first()
+    return stage or DEFAULT_STAGE
 
 
 ORDER: list[str] = [Stage.LEGACY, Stage.SHADOW, Stage.V1_READS, Stage.V1_WRITES, Stage.V1_ONLY]
@@ -326,6 +333,22 @@ def legacy_writes_pending(namespace: str | None = None) -> int:
     return (pending.filter(namespace=namespace) if namespace is not None else pending).count()
 
 
+def direct_writes_open(namespace: str) -> int:
+    """Observe mode: old binaries' direct writes to the legacy table not yet reviewed (open DIRECT_WRITE)."""
+    return Mismatch.objects.filter(
+        namespace=namespace, reason=MismatchReason.DIRECT_WRITE, status=MismatchStatus.OPEN
+    ).count()
+
+
+def direct_writes_by_namespace() -> dict[str, int]:
+    rows = (
+        Mismatch.objects.filter(reason=MismatchReason.DIRECT_WRITE, status=MismatchStatus.OPEN)
+        .values("namespace")
+        .annotate(n=Count("id"))
+    )
+    return {row["namespace"]: row["n"] for row in rows}
+
+
 def legacy_writes_pending_by_namespace() -> dict[str, int]:
     rows = LegacyWrite.objects.filter(applied_at__isnull=True).values("namespace").annotate(n=Count("id"))
     return {row["namespace"]: row["n"] for row in rows}
@@ -349,6 +372,7 @@ def drain_now(namespace: Namespace, pool: str = "") -> dict[str, Any]:
             "unknown_effects": snapshot.unknown_effects,
             "awaiting_commit": snapshot.awaiting_commit,
             "legacy_writes_pending": snapshot.legacy_writes_pending,
+            "direct_writes": snapshot.direct_writes,
             "clean": snapshot.is_clean,
             "clean_streak": snapshot.clean_streak,
             "taken_at": snapshot.taken_at,
@@ -356,6 +380,7 @@ def drain_now(namespace: Namespace, pool: str = "") -> dict[str, Any]:
     counts = {
         **drain_counts(namespace, pool=pool or None),
         "legacy_writes_pending": legacy_writes_pending(namespace.name),
+        "direct_writes": direct_writes_open(namespace.name),
     }
     return {
         "pool": pool or None,

@@ -248,6 +248,9 @@ class SnapshotOut(serializers.Serializer):
     legacy_writes_pending = serializers.IntegerField(
         help_text="claim.v1 decisions not yet written through to a legacy table in another database (V1_WRITES)"
     )
+    direct_writes = serializers.IntegerField(
+        help_text="observe mode: old binaries' writes straight to the legacy table not yet reviewed"
+    )
     clean = serializers.BooleanField()
     clean_streak = serializers.IntegerField()
     taken_at = serializers.DateTimeField(

@@ -34,10 +34,11 @@ from claims.models import Namespace, Role, Task
 from .. import pgoutput
 from ..legacy import LegacyVerdict, legacy_store
 from ..legacy_check import check as preflight
-from ..models import LegacyClaim, LegacyEvent, ObserverPosition
+from ..models import LegacyClaim, LegacyEvent, LegacyWrite, ObserverPosition, Stage
+from ..selectors import stage_of_name
 from .legacy_api import _last_attempt
 from .operations import LEGACY, V1Verdict, refused
-from .shadow import compare
+from .shadow import compare, record_direct_write
 
 
 class ObserveRefused(Exception):
@@ -127,7 +128,7 @@ def observe_once(*, limit: int = 1000) -> dict[str, int]:
         )
         rows = cursor.fetchall()
     position = ObserverPosition.objects.get(name=slot)
-    counts = {"transactions": 0, "judged": 0, "unknown": 0}
+    counts = {"transactions": 0, "judged": 0, "unknown": 0, "direct": 0}
     table = mapping.table if "." in mapping.table else f"public.{mapping.table}"
     done = None
     for txn in pgoutput.transactions(rows):
@@ -146,8 +147,9 @@ def observe_once(*, limit: int = 1000) -> dict[str, int]:
                 ObserverPosition.objects.filter(pk=position.pk).update(unknown=F("unknown") + 1)
                 counts["unknown"] += 1
                 continue
-            judge(seen, position.pk)
-            counts["judged"] += 1
+            outcome = judge(seen, position.pk)
+            if outcome in counts:
+                counts[outcome] += 1
     if done is not None:
         _advance(legacy, slot, position.pk, done)
     return counts
@@ -217,19 +219,21 @@ class _Observed(core.Guard):
             v1=v1,
         )
         interleave.reach("observe.recorded")
-        if self.also is not None:
-            self.also()
-        ObserverPosition.objects.filter(pk=self.position_id).update(
-            **seen.position,
-            judged=F("judged") + 1,
-            last_commit_at=seen.committed_at,
-            updated_at=clock.now(),
-        )
+        _moved(seen, self.position_id, self.also, judged=True)
 
 
-def judge(seen: Observed, position_id: int, also: Callable[[], None] | None = None) -> None:
+def judge(seen: Observed, position_id: int, also: Callable[[], None] | None = None) -> str:
     """One legacy decision judged by claim.v1 and recorded with the position (and ``also``, in the same
-    transaction) — exactly once."""
+    transaction) — exactly once. Where legacy no longer decides (V1_WRITES, V1_ONLY) nothing is judged: a change
+    that is not claim.v1's own write-through is an old binary writing the table directly — a DIRECT_WRITE mismatch of
+    its own (``police``). Returns which: judged, ours, direct, or passed (at LEGACY)."""
+    stage = stage_of_name(seen.namespace)
+    if stage in (Stage.V1_WRITES, Stage.V1_ONLY):
+        return police(seen, position_id, also)
+    if stage == Stage.LEGACY:  # claim.v1 is not open: legacy alone, nothing to compare
+        with transaction.atomic(durable=True):
+            _moved(seen, position_id, also, judged=False)
+        return "passed"
     hook = _Observed(seen, position_id, also)
     principal = core.principal_ensure(name=seen.owner_id, role=Role.WORKER)
     if seen.operation == "claim" and seen.before is not None and seen.before.owner_id:
@@ -240,6 +244,69 @@ def judge(seen: Observed, position_id: int, also: Callable[[], None] | None = No
     except ClaimError as exc:
         with transaction.atomic(durable=True):
             hook.record(refused(exc))
+    return "judged"
+
+
+def police(seen: Observed, position_id: int, also: Callable[[], None] | None = None) -> str:
+    """From V1_WRITES on: the change is claim.v1's own write-through (an applied ``LegacyWrite`` of the task that
+    wrote these values), or a direct write by an old binary — recorded with legacy's history as a DIRECT_WRITE
+    mismatch, in one transaction with the position."""
+    with transaction.atomic(durable=True):
+        ours = _written_through(seen)
+        if not ours:
+            verdict = LegacyVerdict(True, _WORDS[seen.operation], seen.owner_id, seen.row.expires_at)
+            LegacyEvent.objects.create(
+                namespace=seen.namespace,
+                task_id=seen.task_id,
+                operation=seen.operation,
+                api=LEGACY,
+                owner_id=seen.owner_id,
+                verdict=verdict.word,
+                accepted=True,
+                at=seen.committed_at,
+            )
+            record_direct_write(
+                namespace=seen.namespace,
+                task_id=seen.task_id,
+                operation=seen.operation,
+                owner_id=seen.owner_id,
+                legacy=verdict,
+                at=seen.committed_at,
+            )
+        _moved(seen, position_id, also, judged=False)
+    return "ours" if ours else "direct"
+
+
+def _written_through(seen: Observed) -> bool:
+    """Did claim.v1's write-through (or a rollback's write-back) leave the row so?"""
+    for write in LegacyWrite.objects.filter(task_id=seen.task_id, applied_at__isnull=False).order_by("-id")[
+        :20
+    ]:
+        fields = write.fields
+        if write.kind == "complete":
+            if seen.operation == "complete" and fields.get("owner_id") == seen.owner_id:
+                return True
+            continue
+        expires = fields.get("expires_at")
+        same_expiry = (expires is None and seen.row.expires_at is None) or (
+            expires is not None
+            and seen.row.expires_at is not None
+            and abs((datetime.fromisoformat(expires) - seen.row.expires_at).total_seconds()) < 1
+        )
+        if (fields.get("owner_id") or "") == seen.row.owner_id and same_expiry:
+            return True
+    return False
+
+
+def _moved(seen: Observed, position_id: int, also: Callable[[], None] | None, *, judged: bool) -> None:
+    if also is not None:
+        also()
+    ObserverPosition.objects.filter(pk=position_id).update(
+        **seen.position,
+        judged=F("judged") + (1 if judged else 0),
+        last_commit_at=seen.committed_at,
+        updated_at=clock.now(),
+    )
 
 
 def _mirror(seen: Observed, principal: Any) -> Any:

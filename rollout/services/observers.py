@@ -22,8 +22,11 @@ def setup() -> ObserverPosition:
 
 def once(*, limit: int = 1000) -> dict[str, Any]:
     """One pass: what it read and judged."""
+    counts: dict[str, int]
     if _polls():
         counts = poll.poll_once(limit=limit)
-        return {"read": counts["rows"], "judged": counts["judged"], "unknown": counts["unknown"]}
-    counts = observe.observe_once(limit=limit)
-    return {"read": counts["transactions"], "judged": counts["judged"], "unknown": counts["unknown"]}
+        read = counts.pop("rows")
+    else:
+        counts = observe.observe_once(limit=limit)
+        read = counts.pop("transactions")
+    return {"read": read, **counts}

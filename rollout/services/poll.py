@@ -80,7 +80,7 @@ def poll_once(*, limit: int = 1000) -> dict[str, int]:
     store = legacy_store()
     position = ObserverPosition.objects.get(name=position_name())
     after = _value(position.lsn, store)
-    counts = {"rows": 0, "judged": 0, "unknown": 0}
+    counts = {"rows": 0, "judged": 0, "unknown": 0, "direct": 0}
     rows = store.changed_since(  # type: ignore[attr-defined]
         after, position.key, limit=limit, margin_seconds=settings.LEGACY_POLL_MARGIN_SECONDS
     )
@@ -96,8 +96,9 @@ def poll_once(*, limit: int = 1000) -> dict[str, int]:
             ObservedRow.objects.update_or_create(task_id=row.task_id, defaults={"state": _state(row)})
 
         if seen is not None and Task.objects.filter(pk=row.task_id).exists():
-            judge(seen, position.pk, also=keep)
-            counts["judged"] += 1
+            outcome = judge(seen, position.pk, also=keep)
+            if outcome in counts:
+                counts[outcome] += 1
             continue
         with transaction.atomic(durable=True):
             keep()

@@ -134,6 +134,27 @@ def mismatch_reason(
     return None
 
 
+def record_direct_write(
+    *, namespace: str, task_id: str, operation: str, owner_id: str, legacy: LegacyVerdict, at: Any
+) -> Mismatch:
+    """Observe mode, from V1_WRITES on: an old binary wrote the legacy table directly — a mismatch of its own
+    (DIRECT_WRITE), open until reviewed, inside the caller's transaction."""
+    return Mismatch.objects.create(
+        namespace=namespace,
+        task_id=task_id,
+        operation=operation,
+        api="legacy",
+        legacy={"verdict": legacy.word, "owner_id": owner_id},
+        v1={
+            "verdict": None,
+            "reason": "claim.v1 decides in this stage: the legacy table is written only by it",
+        },
+        reason=MismatchReason.DIRECT_WRITE,
+        status=MismatchStatus.OPEN,
+        at=at,
+    )
+
+
 def compare(
     *,
     namespace: str,

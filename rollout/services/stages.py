@@ -53,6 +53,7 @@ def _snapshot(ns: Namespace, *, pool: str | None, now: Any) -> DrainSnapshot:
         counts = {
             **selectors.drain_counts(ns, pool=pool, now=now),
             "legacy_writes_pending": selectors.legacy_writes_pending(ns.name),
+            "direct_writes": selectors.direct_writes_open(ns.name),
         }
         clean = not any(counts.values())
         previous = (
@@ -157,27 +158,40 @@ def _evaluate(ns: Namespace, stage: str, *, now: Any) -> Gate | None:
             )
         holds, why = not reasons, "; ".join(reasons) or "every acceptance point fully validated"
     else:  # V1_WRITES → V1_ONLY
-        snapshot = _snapshot(ns, pool="legacy", now=now)
-        figures = {
-            "active_leases": snapshot.active_leases,
-            "unknown_effects": snapshot.unknown_effects,
-            "awaiting_commit": snapshot.awaiting_commit,
-            "legacy_writes_pending": snapshot.legacy_writes_pending,
-            "clean_streak": snapshot.clean_streak,
-            "open_mismatches": mismatches["open"],
-            "bug_mismatches": mismatches["bug"],
-        }
-        reasons = []
-        if not drained(snapshot):
-            reasons.append(
-                "the legacy pool is not drained (two clean snapshots "
-                f"{settings.DRAIN_INTERVAL_SECONDS}s apart needed; streak {snapshot.clean_streak})"
-            )
-        if mismatches["open"] or mismatches["bug"]:
-            reasons.append(f"{mismatches['open']} open and {mismatches['bug']} bug mismatches await review")
-        holds, why = not reasons, "; ".join(reasons) or "the legacy pool is drained"
+        figures, holds, why = _drain_gate(ns, now, mismatches)
     GateEvaluation.objects.create(namespace=ns.name, move=move, holds=holds, figures=figures, why=why, at=now)
     return Gate(move, holds, figures, why, now)
+
+
+def _drain_gate(ns: Namespace, now: Any, mismatches: dict[str, int]) -> tuple[dict[str, Any], bool, str]:
+    """V1_WRITES → V1_ONLY: the legacy pool drained (two clean snapshots) and no mismatch awaiting review."""
+    snapshot = _snapshot(ns, pool="legacy", now=now)
+    figures = {
+        **drain_figures(snapshot),
+        "clean_streak": snapshot.clean_streak,
+        "open_mismatches": mismatches["open"],
+        "bug_mismatches": mismatches["bug"],
+    }
+    reasons = []
+    if not drained(snapshot):
+        reasons.append(
+            "the legacy pool is not drained (two clean snapshots "
+            f"{settings.DRAIN_INTERVAL_SECONDS}s apart needed; streak {snapshot.clean_streak})"
+        )
+    if mismatches["open"] or mismatches["bug"]:
+        reasons.append(f"{mismatches['open']} open and {mismatches['bug']} bug mismatches await review")
+    return figures, not reasons, "; ".join(reasons) or "the legacy pool is drained"
+
+
+def drain_figures(snapshot: DrainSnapshot) -> dict[str, int]:
+    """A drain snapshot's counts (its ``clean`` is that they are all 0)."""
+    return {
+        "active_leases": snapshot.active_leases,
+        "unknown_effects": snapshot.unknown_effects,
+        "awaiting_commit": snapshot.awaiting_commit,
+        "legacy_writes_pending": snapshot.legacy_writes_pending,
+        "direct_writes": snapshot.direct_writes,
+    }
 
 
 def _import_legacy_claims(ns: Namespace, principal: Principal) -> dict[str, Any]:
@@ -418,14 +432,7 @@ def advance_rollback(
             principal=principal.name if principal else "system",
             reason=locked.reason,
             override=forced,
-            figures={
-                "drain": {
-                    "active_leases": snapshot.active_leases,
-                    "unknown_effects": snapshot.unknown_effects,
-                    "awaiting_commit": snapshot.awaiting_commit,
-                    "legacy_writes_pending": snapshot.legacy_writes_pending,
-                }
-            },
+            figures={"drain": drain_figures(snapshot)},
             at=hold.now,
         )
     return locked

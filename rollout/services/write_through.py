@@ -49,7 +49,7 @@ class Applied:
     errors: list[str] = field(default_factory=list)
 
 
-def record(asks: list[LegacyAsk], *, namespace: str, at: datetime) -> None:
+def record(asks: list[LegacyAsk], *, namespace: str, at: datetime, apply_after_commit: bool = True) -> None:
     """Inside the decision's transaction: its write-through, as rows of ours (one statement); applied once that
     transaction has committed."""
     rows = LegacyWrite.objects.bulk_create(
@@ -64,9 +64,10 @@ def record(asks: list[LegacyAsk], *, namespace: str, at: datetime) -> None:
             for ask in asks
         ]
     )
-    last = max(row.pk for row in rows)
-    tasks = sorted({row.task_id for row in rows})
-    transaction.on_commit(partial(_apply_after_commit, tasks, last), robust=True)
+    if apply_after_commit:
+        last = max(row.pk for row in rows)
+        tasks = sorted({row.task_id for row in rows})
+        transaction.on_commit(partial(_apply_after_commit, tasks, last), robust=True)
 
 
 def _apply_after_commit(task_ids: list[str], up_to: int) -> None:
@@ -145,15 +146,17 @@ def write_back(*, namespace: str) -> int:
         raise WriteThroughFailed(
             f"{pending.failed} write-throughs still pending: {'; '.join(pending.errors)}"
         )
-    store = legacy_store()
     ns = Namespace.objects.get(name=namespace)
     now = clock.now()
     written = 0
     tasks = Task.objects.filter(namespace=ns).order_by("task_id")
     for start in range(0, tasks.count(), _BATCH):
         asks = [_as_claim_v1_has_it(task, ns, now) for task in tasks[start : start + _BATCH]]
-        with outside_unit(), transaction.atomic():
-            decide(store, asks)
+        with transaction.atomic(durable=True):  # recorded as write-throughs: an observer knows them for ours
+            record(asks, namespace=namespace, at=now, apply_after_commit=False)
+        done = apply_pending(namespace=namespace)
+        if done.failed:
+            raise WriteThroughFailed(f"the write-back stopped: {'; '.join(done.errors)}")
         written += len(asks)
     return written
 

@@ -77,7 +77,12 @@ def test_the_observer_judges_their_writes_and_catches_the_stale_overwrite(their,
 
     counts = observe.observe_once()
 
-    assert counts == {"transactions": 4, "judged": 4, "unknown": 0}  # (their INSERT came before the slot)
+    assert counts == {
+        "transactions": 4,
+        "judged": 4,
+        "unknown": 0,
+        "direct": 0,
+    }  # (their INSERT came before the slot)
     events = list(LegacyEvent.objects.filter(task_id=job).order_by("id").values_list("operation", "owner_id"))
     assert events == [("claim", "w1"), ("claim", "w2"), ("complete", "w1"), ("complete", "w2")]
     assert ComparedOperation.objects.filter(namespace=NS).count() == 4
@@ -85,7 +90,12 @@ def test_the_observer_judges_their_writes_and_catches_the_stale_overwrite(their,
     assert reasons == [("STALE_COMMIT_ACCEPTED", "complete")]  # w1's, after w2 took over
     position = ObserverPosition.objects.get()
     assert position.judged == 4 and position.lag_bytes is not None
-    assert observe.observe_once() == {"transactions": 0, "judged": 0, "unknown": 0}  # the slot moved on
+    assert observe.observe_once() == {
+        "transactions": 0,
+        "judged": 0,
+        "unknown": 0,
+        "direct": 0,
+    }  # the slot moved on
 
 
 def test_a_killed_observer_resumes_judging_no_change_twice_and_skipping_none(their, operator):
@@ -154,6 +164,32 @@ def test_a_lost_slot_is_taken_anew_by_oncall_with_the_gap_audited_and_observing_
     assert entry.detail["unjudged_after"] is not None
     assert claim(their, second, "w2", ttl=30)
     settings.ROLLOUT_LEGACY_OBSERVE = True
-    assert observe_legacy.delay().get() == {"read": 1, "judged": 1, "unknown": 0}
+    assert observe_legacy.delay().get() == {"read": 1, "judged": 1, "unknown": 0, "direct": 0}
     call_command("legacy_observe", "--once")  # nothing new: the command's pass reads nothing
     assert ComparedOperation.objects.filter(namespace=NS).count() == 2
+
+
+def test_from_v1_writes_a_direct_write_by_an_old_binary_is_a_mismatch_of_its_own(their, operator, worker_a):
+    """In V1_WRITES claim.v1 decides and writes through to their table: the observer sees those changes and knows
+    them for its own. An old binary still claiming by writing the table directly is a DIRECT_WRITE mismatch — on
+    /metrics, counted by the drain (not clean), open until reviewed."""
+    from prometheus_client import REGISTRY
+
+    from rollout.services import stages
+
+    assert operator.post("/namespaces", {"name": NS, "stage": "V1_WRITES"}).status_code == 201
+    ours, theirs = task_in_both(operator, their), task_in_both(operator, their)
+    observe.setup()
+    granted = worker_a.claim(ours).json()
+    assert granted["attempt_id"]
+    assert worker_a.commit(granted, {"r": 1}, inline=True).status_code == 200
+    assert claim(their, theirs, "old-binary", ttl=30)  # straight to the table, as before the migration
+
+    counts = observe.observe_once()
+
+    assert (counts["judged"], counts["direct"]) == (0, 1)  # nothing is judged where claim.v1 decides
+    direct = list(Mismatch.objects.values_list("reason", "task_id", "status"))
+    assert direct == [("DIRECT_WRITE", theirs, "OPEN")]  # the write-throughs of ours: none
+    assert REGISTRY.get_sample_value("rollout_direct_legacy_writes", {"namespace": NS}) == 1
+    snapshot = stages.drain_snapshot(namespace=NS)
+    assert (snapshot.direct_writes, snapshot.is_clean) == (1, False)

@@ -30,6 +30,7 @@ class Command(BaseCommand):
                 "unknown_effects": snap.unknown_effects,
                 "awaiting_commit": snap.awaiting_commit,
                 "legacy_writes_pending": snap.legacy_writes_pending,
+                "direct_writes": snap.direct_writes,
                 "clean": snap.is_clean,
                 "clean_streak": snap.clean_streak,
                 "taken_at": snap.taken_at,
