@@ -15,6 +15,7 @@ still be missed. The change stream (PostgreSQL) has neither limit.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -93,9 +94,15 @@ def poll_once(*, limit: int = 1000) -> dict[str, int]:
         seen = decided(before, row, at, moved)
 
         def keep(row: LegacyClaim = row) -> None:
-            ObservedRow.objects.update_or_create(task_id=row.task_id, defaults={"state": _state(row)})
+            _keep(row)
 
         if seen is not None and Task.objects.filter(pk=row.task_id).exists():
+            claimed_first = _claim_first(before, row, at, position)
+            if claimed_first is not None:  # a claim and its complete between two passes: judged as two
+                first, middle = claimed_first
+                judge(first, position.pk, also=partial(_keep, middle))
+                seen = decided(middle, row, at, moved)
+                assert seen is not None
             outcome = judge(seen, position.pk, also=keep)
             if outcome in counts:
                 counts[outcome] += 1
@@ -108,6 +115,31 @@ def poll_once(*, limit: int = 1000) -> dict[str, int]:
             )
         counts["unknown"] += unknown
     return counts
+
+
+def _claim_first(
+    before: LegacyClaim | None, row: LegacyClaim, at: datetime, position: ObserverPosition
+) -> tuple[Any, LegacyClaim] | None:
+    """A row that went from not owned by X to owned and completed by X between two passes: X claimed it, then
+    completed it. The claim is judged first, its copy of the row (the state between) kept with it and the position
+    left where it was — a pass killed between the two judges only the complete again, from that copy. (A complete by
+    someone who is not the row's owner is judged as it is: the stale overwrite, A16.)"""
+    if (
+        not row.completed_by
+        or row.completed_by != row.owner_id
+        or (before and before.owner_id == row.owner_id)
+    ):
+        return None
+    middle = LegacyClaim(
+        task_id=row.task_id, namespace=row.namespace, owner_id=row.owner_id, expires_at=row.expires_at
+    )
+    unmoved = {"lsn": position.lsn, "key": position.key}
+    first = decided(before, middle, at, unmoved)
+    return (first, middle) if first is not None else None
+
+
+def _keep(row: LegacyClaim) -> None:
+    ObservedRow.objects.update_or_create(task_id=row.task_id, defaults={"state": _state(row)})
 
 
 def _state(row: LegacyClaim) -> dict[str, Any]:

@@ -52,6 +52,8 @@ class Applied:
 def record(asks: list[LegacyAsk], *, namespace: str, at: datetime, apply_after_commit: bool = True) -> None:
     """Inside the decision's transaction: its write-through, as rows of ours (one statement); applied once that
     transaction has committed."""
+    if not asks:  # a claim-next that found nothing, a batch all refused: nothing to write through
+        return
     rows = LegacyWrite.objects.bulk_create(
         [
             LegacyWrite(

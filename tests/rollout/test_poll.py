@@ -117,3 +117,23 @@ def test_the_shadow_report_says_the_table_is_polled_and_what_that_misses(
 
     assert page.status_code == 200
     assert b"hand-offs between two passes" in page.content
+
+
+def test_a_claim_and_its_complete_between_two_passes_are_judged_as_two(their, operator):
+    """A worker of theirs claims and completes a job between two passes: the difference (free → owned and completed
+    by it) is the claim, then the complete — both agree with claim.v1 (judged as a complete alone, claim.v1 would
+    have had no attempt of that worker to commit: a STALE_COMMIT_ACCEPTED that never happened)."""
+    assert operator.post("/namespaces", {"name": NS, "stage": "SHADOW"}).status_code == 201
+    job = task_in_both(operator, their)
+    poll.setup()
+    assert claim(their, job, "w1", ttl=30)
+    complete(their, job, "w1", {"by": "w1"})
+
+    assert poll.poll_once()["judged"] == 1
+
+    assert list(LegacyEvent.objects.order_by("id").values_list("operation", "owner_id")) == [
+        ("claim", "w1"),
+        ("complete", "w1"),
+    ]
+    assert not Mismatch.objects.exists()
+    assert ComparedOperation.objects.filter(namespace=NS, agreed=True).count() == 2

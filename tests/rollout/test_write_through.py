@@ -216,3 +216,14 @@ def test_a_task_their_table_does_not_have_is_refused_with_a_word_of_the_contract
     assert refused.status_code == 409, refused.json()
     assert (refused.json()["outcome"], refused.json()["owner_id"]) == ("NOT_OWNER", ""), refused.json()
     assert their.sql("SELECT count(*) FROM jobs")[0][0] == 3
+
+
+def test_a_claim_next_that_finds_nothing_writes_nothing_through(table_store, operator, worker_a):
+    """V1_WRITES with their table: claim-next on an empty namespace answers 'nothing' (found by the drill: the
+    empty write-through raised)."""
+    _at_v1_writes(operator)
+
+    nothing = worker_a.claim_next(namespace=NS)
+
+    assert nothing.status_code == 204  # nothing to claim (claim-v1.md)
+    assert not LegacyWrite.objects.exists()

@@ -1,0 +1,173 @@
+"""A small legacy job runner, the kind of system the control plane migrates (docs/adopting.md, the drill): its own
+table with its own column names, and workers that
+
+- claim by ``UPDATE jobs SET locked_by = me, locked_until = now() + ttl WHERE job_id = ? AND (locked_until IS NULL OR
+  locked_until < now())`` — after the expiry anyone takes over;
+- complete by ``UPDATE jobs SET output = ?, finished_by = me WHERE job_id = ?`` — no check of who holds the claim now:
+  last write wins (acceptance case A16: a worker whose claim ran out overwrites the result of the one that took over).
+
+Two ways to run a worker: ``DirectWorker`` writes the table itself (what a team has today; the control plane observes
+it), ``ProxyWorker`` asks the control plane's legacy API instead (``/api/legacy``; the proxy mode). Plain DB-API and
+HTTP: nothing of the control plane is imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA = {
+    "postgresql": (
+        "CREATE TABLE jobs (job_id varchar(64) PRIMARY KEY, queue text NOT NULL, payload text NOT NULL, "
+        "locked_by text, locked_until timestamptz, output jsonb, finished_by text)"
+    ),
+    "mysql": (
+        "CREATE TABLE jobs (job_id varchar(64) PRIMARY KEY, queue varchar(64) NOT NULL, payload text NOT NULL, "
+        "locked_by varchar(200), locked_until datetime(6) NULL, output json, finished_by varchar(200), "
+        "changed_at datetime(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6), "
+        "INDEX jobs_changed_at (changed_at))"
+    ),
+}
+NOW = {"postgresql": "clock_timestamp()", "mysql": "UTC_TIMESTAMP(6)"}
+# What the control plane needs to know of it (ROLLOUT_LEGACY_TABLE): its names, not ours.
+MAPPING = {
+    "table": "jobs",
+    "key": "job_id",
+    "owner": "locked_by",
+    "expires": "locked_until",
+    "result": "output",
+    "completed": "finished_by",
+    "namespace_column": "queue",
+}
+
+
+@dataclass
+class Tally:
+    claimed: int = 0
+    completed: int = 0
+    refused: dict[str, int] = field(default_factory=dict)
+
+    def refuse(self, word: str) -> None:
+        self.refused[word] = self.refused.get(word, 0) + 1
+
+
+class DirectWorker:
+    """Today's binary: writes the table itself."""
+
+    def __init__(self, connect: Callable[[], Any], dialect: str, name: str, ttl: float = 5.0):
+        self.connect, self.dialect, self.name, self.ttl = connect, dialect, name, ttl
+        self.tally = Tally()
+        self._conn: Any = None
+
+    def _sql(self, sql: str, params: list[Any]) -> Any:
+        if self._conn is None:
+            self._conn = self.connect()
+        cursor = self._conn.cursor()
+        cursor.execute(sql, params)
+        return cursor
+
+    def next_job(self, queue: str) -> str | None:
+        now = NOW[self.dialect]
+        row = self._sql(
+            f"SELECT job_id FROM jobs WHERE queue = %s AND finished_by IS NULL AND (locked_until IS NULL OR "
+            f"locked_until < {now}) ORDER BY job_id LIMIT 1",
+            [queue],
+        ).fetchone()
+        return row[0] if row else None
+
+    def claim(self, job: str, ttl: float | None = None) -> bool:
+        now = NOW[self.dialect]
+        micros = int((ttl or self.ttl) * 1_000_000)
+        until = (
+            f"{now} + INTERVAL %s MICROSECOND"
+            if self.dialect == "mysql"
+            else f"{now} + make_interval(secs => %s)"
+        )
+        span: Any = micros if self.dialect == "mysql" else micros / 1_000_000
+        cursor = self._sql(
+            f"UPDATE jobs SET locked_by = %s, locked_until = {until} "
+            f"WHERE job_id = %s AND (locked_until IS NULL OR locked_until < {now})",
+            [self.name, span, job],
+        )
+        got = cursor.rowcount == 1
+        self.tally.claimed += got
+        return got
+
+    def complete(self, job: str, output: Any) -> bool:
+        self._sql(
+            "UPDATE jobs SET output = %s, finished_by = %s WHERE job_id = %s",
+            [json.dumps(output), self.name, job],
+        )
+        self.tally.completed += 1
+        return True
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class ProxyWorker:
+    """The same binary pointed at the control plane's legacy API (proxy mode): the same verbs over HTTP."""
+
+    def __init__(
+        self,
+        http: Any,
+        name: str,
+        ttl: float = 5.0,
+        connect: Callable[[], Any] | None = None,
+        dialect: str = "postgresql",
+    ):
+        self.http, self.name, self.ttl = http, name, ttl
+        self.tally = Tally()
+        self._finder = DirectWorker(connect, dialect, name) if connect else None
+
+    def next_job(self, queue: str) -> str | None:
+        return self._finder.next_job(queue) if self._finder else None
+
+    def _call(self, job: str, verb: str, body: dict[str, Any]) -> bool:
+        answer = self.http.post(f"/api/legacy/tasks/{job}/{verb}", json={"owner_id": self.name, **body})
+        if answer.status_code == 200:
+            return True
+        self.tally.refuse(answer.json().get("outcome", str(answer.status_code)))
+        return False
+
+    def claim(self, job: str, ttl: float | None = None) -> bool:
+        got = self._call(job, "claim", {"ttl_seconds": max(1, round(ttl or self.ttl))})
+        self.tally.claimed += got
+        return got
+
+    def complete(self, job: str, output: Any) -> bool:
+        done = self._call(job, "complete", {"result": output, "result_digest": _digest(output)})
+        self.tally.completed += done
+        return done
+
+    def close(self) -> None:
+        if self._finder:
+            self._finder.close()
+
+
+def _digest(value: Any) -> str:
+    """The contract's digest (claim-v1.md §1): sha256 of the canonical JSON."""
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
+def run(worker: Any, queue: str, stop: threading.Event, work_seconds: float = 0.01) -> None:
+    """A worker's loop until ``stop``: find a free job, claim it, work, complete it."""
+    try:
+        while not stop.is_set():
+            job = worker.next_job(queue)
+            if job is None or not worker.claim(job):
+                time.sleep(0.02)
+                continue
+            time.sleep(work_seconds * random.random())
+            worker.complete(job, {"by": worker.name})
+    finally:
+        worker.close()
