@@ -196,19 +196,7 @@ class _Observed(core.Guard):
 
     def record(self, v1: V1Verdict) -> None:
         seen = self.seen
-        verdict = LegacyVerdict(
-            True, _WORDS[seen.operation], seen.owner_id, seen.row.expires_at, seen.committed_at
-        )
-        LegacyEvent.objects.create(
-            namespace=seen.namespace,
-            task_id=seen.task_id,
-            operation=seen.operation,
-            api=LEGACY,
-            owner_id=seen.owner_id,
-            verdict=verdict.word,
-            accepted=True,
-            at=seen.committed_at,
-        )
+        verdict = _in_history(seen)
         compare(
             namespace=seen.namespace,
             task_id=seen.task_id,
@@ -247,6 +235,24 @@ def judge(seen: Observed, position_id: int, also: Callable[[], None] | None = No
     return "judged"
 
 
+def _in_history(seen: Observed) -> LegacyVerdict:
+    """Legacy's decision as observed, appended to its history; its verdict."""
+    verdict = LegacyVerdict(
+        True, _WORDS[seen.operation], seen.owner_id, seen.row.expires_at, seen.committed_at
+    )
+    LegacyEvent.objects.create(
+        namespace=seen.namespace,
+        task_id=seen.task_id,
+        operation=seen.operation,
+        api=LEGACY,
+        owner_id=seen.owner_id,
+        verdict=verdict.word,
+        accepted=True,
+        at=seen.committed_at,
+    )
+    return verdict
+
+
 def police(seen: Observed, position_id: int, also: Callable[[], None] | None = None) -> str:
     """From V1_WRITES on: the change is claim.v1's own write-through (an applied ``LegacyWrite`` of the task that
     wrote these values), or a direct write by an old binary — recorded with legacy's history as a DIRECT_WRITE
@@ -254,17 +260,7 @@ def police(seen: Observed, position_id: int, also: Callable[[], None] | None = N
     with transaction.atomic(durable=True):
         ours = _written_through(seen)
         if not ours:
-            verdict = LegacyVerdict(True, _WORDS[seen.operation], seen.owner_id, seen.row.expires_at)
-            LegacyEvent.objects.create(
-                namespace=seen.namespace,
-                task_id=seen.task_id,
-                operation=seen.operation,
-                api=LEGACY,
-                owner_id=seen.owner_id,
-                verdict=verdict.word,
-                accepted=True,
-                at=seen.committed_at,
-            )
+            verdict = _in_history(seen)
             record_direct_write(
                 namespace=seen.namespace,
                 task_id=seen.task_id,
