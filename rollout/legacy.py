@@ -48,11 +48,8 @@ class LegacyUnit:
     database's transaction is held open — its rows locked, its writes made — until ours ends, then committed after
     ours (``transaction.on_commit``) or rolled back with it. Stores that live in our database ignore it."""
 
-    def __init__(self, *, compared_later: bool = False) -> None:
+    def __init__(self) -> None:
         self.open: dict[str, Any] = {}  # alias → the store's open transaction there (its ``finish(commit)``)
-        # claim.v1 judges after legacy's commit, in transactions of its own (the legacy API): a store that
-        # records its decisions marks them not compared yet
-        self.compared_later = compared_later
 
     def joined(self, alias: str, begin: Callable[[], T]) -> T:
         """``alias``'s open transaction, begun (``begin``) by the first decision of ours that needs it; it ends
@@ -77,9 +74,9 @@ _unit: ContextVar[LegacyUnit | None] = ContextVar("legacy_unit", default=None)
 
 
 @contextmanager
-def legacy_unit(*, compared_later: bool = False) -> Iterator[LegacyUnit]:
+def legacy_unit() -> Iterator[LegacyUnit]:
     """Around one transaction of ours in which legacy decides (the routed decision, ``legacy_decides``)."""
-    unit = LegacyUnit(compared_later=compared_later)
+    unit = LegacyUnit()
     token = _unit.set(unit)
     try:
         yield unit

@@ -169,9 +169,6 @@ class TableLegacyStore(BatchOfOne):
                 return self._decide_locked(asks)[0]
         opened = unit.joined(m.database, lambda: _Open(connections[m.database]))
         verdicts, written = self._decide_locked(asks)
-        if unit.compared_later:
-            for decision in written:
-                decision.compared = False
         opened.record(written)
         return verdicts
 
@@ -267,7 +264,6 @@ class TableLegacyStore(BatchOfOne):
             task_id=row.task_id,
             operation=ask.kind,
             owner_id=ask.fields.get("owner_id", ""),
-            asked={k: ask.fields[k] for k in ("ttl_seconds", "result", "result_digest") if k in ask.fields},
             found=found,
             expected=self.state(after),
             created_at=now,

@@ -335,10 +335,6 @@ class LegacyDecision(models.Model):
     resolved_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=16, blank=True, default="")  # COMMITTED | ABORTED
     undone = models.CharField(max_length=200, blank=True, default="")  # what claim.v1 undid, if anything
-    # Where claim.v1 judges after legacy's commit (the legacy API: ``legacy_api.legacy_operation``), False until its
-    # comparison is recorded; ``asked`` keeps what a late judgement needs (ttl_seconds, result, result_digest).
-    compared = models.BooleanField(default=True)
-    asked = models.JSONField(default=dict)
 
     class Meta:
         indexes = [

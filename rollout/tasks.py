@@ -53,8 +53,7 @@ def settle_legacy_decisions(namespace: str | None = None) -> dict[str, int]:
     with singleton("settle_legacy_decisions") as got:
         if not got:
             return {"skipped": 1}
-        settled = legacy_decisions.resolve_open(namespace=namespace)
-        return {**settled, "compared_late": legacy_decisions.compare_late(namespace=namespace)}
+        return legacy_decisions.resolve_open(namespace=namespace)
 
 
 @shared_task(name="rollout.observe_legacy", **_RETRY)

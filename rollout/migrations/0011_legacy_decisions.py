@@ -23,8 +23,6 @@ class Migration(migrations.Migration):
                 ("resolved_at", models.DateTimeField(blank=True, null=True)),
                 ("outcome", models.CharField(blank=True, default="", max_length=16)),
                 ("undone", models.CharField(blank=True, default="", max_length=200)),
-                ("compared", models.BooleanField(default=True)),
-                ("asked", models.JSONField(default=dict)),
             ],
             options={
                 "indexes": [

@@ -11,26 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
-
 from claims import interleave
 from claims import services as core
 from claims.errors import ClaimsPaused, Forbidden, InvalidTransition
 from claims.models import Attempt, Principal
 
-from ..legacy import LegacyVerdict, legacy_store
-from ..models import LegacyDecision, Mismatch
+from ..legacy import LegacyVerdict, legacy_unit
+from ..models import Mismatch
 from . import routing
 from .errors import LegacyRefused, ProtocolTooOld
 from .operations import LEGACY, LEGACY_OPERATIONS, Ask, V1Verdict
-from .shadow import compare, judged
+from .shadow import Records, accepted, compare, judged
+from .state import stage_for
 from .workers import protocol_too_old
-
-
-def mark_compared(task_id: str) -> None:
-    """The task's legacy decisions recorded as not yet compared (a legacy table in another database) are now."""
-    if legacy_store().separate_database:
-        LegacyDecision.objects.filter(task_id=task_id, compared=False).update(compared=True)
 
 
 @dataclass(frozen=True)
@@ -143,14 +136,12 @@ def legacy_operation(
         )
     interleave.reach("legacy_operation.routed")
     ask = Ask(principal, task_id, ns.name, owner_id, LEGACY, ttl_seconds, result, result_digest)
-    verdict = routing.legacy_decides(
-        each,
-        ask,
-        target,
-        lambda verdict, records: verdict,
-        compared_later=target.stage in routing.LEGACY_DECIDES,
-    )
-    if verdict is None:  # an advance, a rollback or a fence landed meanwhile: through the routing again
+    if target.stage in routing.LEGACY_DECIDES:
+        answer = _in_shadow(operation, ask, target)
+    else:  # LEGACY: legacy alone
+        verdict = routing.legacy_decides(each, ask, target, lambda verdict, records: verdict)
+        answer = LegacyAnswer(verdict) if verdict is not None else None
+    if answer is None:  # an advance, a rollback or a fence landed meanwhile: through the routing again
         if reroutes == 0:
             raise InvalidTransition(
                 "the namespace's stage kept moving under this request: send it again", reason="STAGE_CHANGED"
@@ -165,31 +156,74 @@ def legacy_operation(
             result_digest=result_digest,
             reroutes=reroutes - 1,
         )
-    if target.stage not in routing.LEGACY_DECIDES:
-        return _answered(LegacyAnswer(verdict))
-    interleave.reach("legacy_operation.decided")
-    return _answered(LegacyAnswer(verdict, judge_in_shadow(operation, ask, verdict, ns.scheduler_epoch)))
+    return _answered(answer)
 
 
-def judge_in_shadow(
-    operation: str, ask: Ask, verdict: LegacyVerdict, scheduler_epoch: int
+class _StageMoved(Exception):
+    """The stage changed between the routing and the decision's lock (rolls the decision back; routed again)."""
+
+
+class _LegacyDecides(core.Guard):
+    """Legacy's decision made inside the transaction of claim.v1's judgement of the same request — after it, under
+    the task's lock — with legacy's history and the comparison: a second request on the task waits for the first
+    to be decided in both stores, so claim.v1 judges them in the order legacy decided them."""
+
+    def __init__(self, operation: str, ask: Ask, target: routing.Target):
+        self.operation, self.ask, self.target = operation, ask, target
+        self.answer: LegacyAnswer | None = None
+
+    def check(self, point: str, ns: core.NamespaceHold) -> None:
+        if stage_for(ns, self.ask.principal)[0] != self.target.stage:
+            raise _StageMoved()
+
+    def settle(self, point: str, ns: core.NamespaceHold, value: Any) -> None:
+        if self.answer is not None:  # a complete's stage, then its commit: the commit settles
+            return
+        each, records = LEGACY_OPERATIONS[self.operation], Records()
+        verdict = routing.legacy_decision(each, self.ask, records)
+        interleave.reach("legacy_operation.decided")
+        v1 = accepted(value, _ACCEPTED[self.operation])
+        self.answer = LegacyAnswer(verdict, _compared(self.operation, self.ask, verdict, v1, records))
+        records.send()
+
+
+_ACCEPTED = {"claim": "CLAIMED", "heartbeat": "RENEWED", "release": "RELEASED", "complete": "COMMITTED"}
+
+
+def _in_shadow(operation: str, ask: Ask, target: routing.Target) -> LegacyAnswer | None:
+    """SHADOW, V1_READS: claim.v1 judges the request as the attempt it last granted this owner; legacy decides in
+    that decision's transaction (``_LegacyDecides``). Where claim.v1 refuses, its transaction rolled back and legacy
+    decides in one of its own, compared there with the refusal. None: the stage moved."""
+    hook = _LegacyDecides(operation, ask, target)
+    try:
+        with legacy_unit(), core.guarded(hook):
+            v1 = _mirror(operation, ask=ask, scheduler_epoch=target.namespace.scheduler_epoch)
+    except _StageMoved:
+        return None
+    if v1.accepted and hook.answer is not None:
+        return hook.answer
+    each = LEGACY_OPERATIONS[operation]
+    return routing.legacy_decides(
+        each,
+        ask,
+        target,
+        lambda verdict, records: LegacyAnswer(verdict, _compared(operation, ask, verdict, v1, records)),
+    )
+
+
+def _compared(
+    operation: str, ask: Ask, verdict: LegacyVerdict, v1: V1Verdict, records: Records
 ) -> Mismatch | None:
-    """After legacy's decision committed: claim.v1's judgement of the same request (its own transactions), then
-    the comparison — recorded with the mark that the decision is compared, in one transaction (a legacy table in
-    another database keeps that mark: ``legacy_decisions`` compares late what a dead process left uncompared)."""
-    v1 = _mirror(operation, ask=ask, scheduler_epoch=scheduler_epoch)
-    with transaction.atomic():
-        mismatch = compare(
-            namespace=ask.namespace,
-            task_id=ask.task_id,
-            operation=LEGACY_OPERATIONS[operation].name,
-            api=LEGACY,
-            owner_id=ask.owner_id,
-            legacy=verdict,
-            v1=v1,
-        )
-        mark_compared(ask.task_id)
-    return mismatch
+    return compare(
+        namespace=ask.namespace,
+        task_id=ask.task_id,
+        operation=LEGACY_OPERATIONS[operation].name,
+        api=LEGACY,
+        owner_id=ask.owner_id,
+        legacy=verdict,
+        v1=v1,
+        records=records,
+    )
 
 
 def _answered(answer: LegacyAnswer) -> LegacyAnswer:

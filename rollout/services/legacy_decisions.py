@@ -17,16 +17,16 @@ release or a commit made there); the worker, who got no answer, sends again.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.conf import settings
 
 from claims import clock
 from claims import services as core
 from claims.errors import ClaimError
-from claims.models import Namespace, Principal, Task, TaskState
+from claims.models import Principal, Task, TaskState
 
-from ..legacy import LegacyVerdict, legacy_store
+from ..legacy import legacy_store
 from ..legacy_table import same_state
 from ..models import LegacyDecision
 
@@ -54,49 +54,6 @@ def resolve_open(*, namespace: str | None = None) -> dict[str, int]:
             _resolve(decision, "ABORTED", _undo(decision))
             counts["aborted"] += 1
     return counts
-
-
-_WORDS = {"claim": "GRANTED", "heartbeat": "RENEWED", "release": "RELEASED", "complete": "COMPLETED"}
-
-
-def compare_late(*, namespace: str | None = None) -> int:
-    """Legacy-API decisions that committed in their table while the process that made them died before claim.v1
-    judged them: judged now, and compared — no legacy decision goes uncompared. (claim.v1 judges the request as
-    the legacy API would have had it judged, on the namespace's epoch now.)"""
-    from .legacy_api import judge_in_shadow
-    from .operations import LEGACY, Ask
-
-    cutoff = clock.now() - timedelta(seconds=settings.LEGACY_DECISION_GRACE_SECONDS)
-    late = LegacyDecision.objects.filter(outcome="COMMITTED", compared=False, created_at__lt=cutoff)
-    if namespace is not None:
-        late = late.filter(namespace=namespace)
-    judged = 0
-    for decision in late.order_by("id")[:_BATCH]:
-        principal = Principal.objects.filter(name=decision.owner_id).first()
-        ns = Namespace.objects.filter(name=decision.namespace).first()
-        if principal is None or ns is None:
-            continue
-        asked = decision.asked
-        ask = Ask(
-            principal,
-            decision.task_id,
-            decision.namespace,
-            decision.owner_id,
-            LEGACY,
-            asked.get("ttl_seconds", 30),
-            asked.get("result"),
-            asked.get("result_digest", ""),
-        )
-        expires = decision.expected.get("expires_at")
-        verdict = LegacyVerdict(
-            True,
-            _WORDS[decision.operation],
-            decision.expected.get("owner_id", ""),
-            datetime.fromisoformat(expires) if expires else None,
-        )
-        judge_in_shadow(decision.operation, ask, verdict, ns.scheduler_epoch)
-        judged += 1
-    return judged
 
 
 def _resolve(decision: LegacyDecision, outcome: str, undone: str) -> None:

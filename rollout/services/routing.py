@@ -181,7 +181,7 @@ class _StageHook(core.Guard):
             return
         ask = ask_of(each, self.principal, task_id, ns.name, data, None, result=result[1])
         self.legacy[task_id] = _compared(
-            each, ask, _legacy_decision(each, ask, records), refused(exc), records
+            each, ask, legacy_decision(each, ask, records), refused(exc), records
         )
 
 
@@ -254,7 +254,8 @@ def _views_after_commits(each: TaskOperation, stage: str, decided: list[Any]) ->
     )
 
 
-def _legacy_decision(each: TaskOperation, ask: Ask, records: Records) -> LegacyVerdict:
+def legacy_decision(each: TaskOperation, ask: Ask, records: Records) -> LegacyVerdict:
+    """Legacy's decision on one task, recorded in its history, inside the caller's transaction."""
     return _legacy_decisions(each, [ask], records)[0]
 
 
@@ -354,18 +355,15 @@ def legacy_decides(
     ask: Ask,
     target: Target,
     then: Callable[[LegacyVerdict, Records], T],
-    *,
-    compared_later: bool = False,
 ) -> T | None:
     """Legacy's decision on ``ask`` in a transaction of its own — the one place legacy decides outside a claim.v1
     decision's transaction — when the namespace is still as ``target`` read it (else None: the caller routes
-    again). ``then`` runs on the verdict in the same transaction (the comparison, where claim.v1 judged first);
-    ``compared_later``: the caller compares afterwards, in transactions of its own (the legacy API)."""
-    with legacy_unit(compared_later=compared_later), transaction.atomic(durable=True):
+    again). ``then`` runs on the verdict in the same transaction (the comparison, where claim.v1 judged first)."""
+    with legacy_unit(), transaction.atomic(durable=True):
         if not still_routed(target.namespace, target.stage):
             return None
         records = Records()
-        answer = then(_legacy_decision(each, ask, records), records)
+        answer = then(legacy_decision(each, ask, records), records)
         records.send()
         return answer
 

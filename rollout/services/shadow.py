@@ -32,11 +32,16 @@ def judged(operation: Any, *, accepted_word: str) -> V1Verdict:
         value = operation()
     except ClaimError as exc:
         return refused(exc)
+    return accepted(value, accepted_word)
+
+
+def accepted(value: Any, word: str) -> V1Verdict:
+    """claim.v1's verdict on a decision it made: ``value`` is the service's answer."""
     attempt_id = getattr(value, "attempt_id", None)
     generation = getattr(getattr(value, "task", value), "claim_generation", None)
     return V1Verdict(
         True,
-        accepted_word,
+        word,
         attempt_id=str(attempt_id) if attempt_id else None,
         claim_generation=generation,
         value=value,

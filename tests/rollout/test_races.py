@@ -10,7 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from claims.models import Attempt, AuditEntry, Namespace, StagedResult, Task
-from rollout.models import ComparedOperation, LegacyClaim, LegacyEvent, StageChange
+from rollout.models import ComparedOperation, LegacyClaim, LegacyEvent, Mismatch, StageChange
 from tests.support.actors import make_actor
 from tests.support.races import (
     Pause,
@@ -621,3 +621,29 @@ def test_a_registration_decides_on_the_stage_under_the_namespace_lock(operator):
     registration = WorkerRegistration.objects.get(principal="old-worker", namespace=namespace)
     change = StageChange.objects.filter(namespace=namespace, to_stage="V1_WRITES").get()
     assert registration.registered_at <= change.at
+
+
+@pytest.mark.postgres
+def test_two_legacy_claims_of_one_task_are_judged_by_claim_v1_in_the_order_legacy_decided_them(operator):
+    """SHADOW, the legacy API: legacy grants A's claim, then answers B's HELD. claim.v1 must judge them in that
+    order. Paused after legacy decided A and before claim.v1 judged it, B used to overtake (found by the drill):
+    claim.v1 granted B, whom legacy had told HELD, then refused A — two DOUBLE_GRANT mismatches where the stores
+    agree. Decided in claim.v1's transaction, under the task's lock, B waits for A."""
+    namespace = _ns(operator, "legacy-order", "SHADOW")
+    task_id = operator.create(namespace=namespace).json()["task_id"]
+    a, b = make_actor("legacy-a", "worker"), make_actor("legacy-b", "worker")
+    pause = Pause("legacy_operation.decided")
+    first, first_box = run_in_thread(lambda: _legacy(a, task_id, "claim", ttl_seconds=60))
+    pause.wait_reached()
+    second, second_box = run_in_thread(lambda: _legacy(b, task_id, "claim", ttl_seconds=60))
+    wait_done_or_waiting(second_box, 1)
+    pause.resume()
+    first.join(30)
+    second.join(30)
+
+    assert first_box["value"].status_code == 200, first_box["value"].json()
+    assert second_box["value"].status_code == 409, second_box["value"].json()
+    assert second_box["value"].json()["outcome"] == "HELD"
+    assert list(Mismatch.objects.filter(task_id=task_id).values_list("reason", flat=True)) == []
+    assert Task.objects.get(pk=task_id).owner_id == "legacy-a"
+    assert LegacyClaim.objects.get(pk=task_id).owner_id == "legacy-a"
