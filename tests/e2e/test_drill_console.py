@@ -1,7 +1,7 @@
 """The drill in the console (issue 23, point 5): the example legacy application's workers write their MariaDB table
 directly, the polling observer follows it, and the stale overwrite (A16) happens. An operator, in real headless
 Chromium, sees the gate out of SHADOW shut on it, finds the mismatch on the report (which says the table is polled,
-and what polling misses), explains it from its timelines, and then sees the gate's reason go."""
+and what polling misses), explains it from its timelines, sees the gate's reason go, and advances the namespace to V1_READS."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from examples.legacy_jobs.app import SCHEMA, DirectWorker
 from rollout.models import Mismatch
 from rollout.services import poll
 from rollout.tasks import gate_check
-from tests.e2e.test_console import log_in, ui_user
+from tests.e2e.test_console import advance_in_ui, log_in, ui_user
 from tests.rollout.test_drill import _connect
 from tests.support.actors import make_actor
 from tests.support.legacy_db import Their, task_in_both, their_table_configured
+from tests.support.rollout import stage_of
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "legacy_mysql"]),
@@ -72,5 +73,9 @@ def test_an_operator_follows_the_drill_in_the_console(page, live_server, shot, s
             gate_check.delay(NS).get()
             page.goto(f"{live_server.url}/ns/{NS}/")
             assert "mismatches await review" not in page.locator("body").inner_text()
+            assert "V1_READS" in advance_in_ui(
+                page, live_server, NS, "V1_READS"
+            )  # the gate holds: on it goes
+            assert stage_of(NS) == "V1_READS"
     finally:
         their.sql("DROP TABLE IF EXISTS jobs")
