@@ -313,6 +313,8 @@ class LegacyWrite(models.Model):
         indexes = [
             # the backlog, oldest first: what the appliers, the drain and the metric read
             models.Index(fields=["id"], condition=Q(applied_at__isnull=True), name="legacywrite_pending"),
+            # an observer telling claim.v1's own write-throughs from a direct write (services/observe.py)
+            models.Index(fields=["task_id", "id"], name="legacywrite_task"),
         ]
 
 

@@ -35,7 +35,7 @@ from .. import pgoutput
 from ..legacy import LegacyVerdict, legacy_store
 from ..legacy_check import check as preflight
 from ..models import LegacyClaim, LegacyEvent, LegacyWrite, ObserverPosition, Stage
-from ..selectors import stage_of_name
+from ..selectors import stage_since
 from .legacy_api import _last_attempt
 from .operations import LEGACY, V1Verdict, refused
 from .shadow import compare, record_direct_write
@@ -214,14 +214,22 @@ def judge(seen: Observed, position_id: int, also: Callable[[], None] | None = No
     """One legacy decision judged by claim.v1 and recorded with the position (and ``also``, in the same
     transaction) — exactly once. Where legacy no longer decides (V1_WRITES, V1_ONLY) nothing is judged: a change
     that is not claim.v1's own write-through is an old binary writing the table directly — a DIRECT_WRITE mismatch of
-    its own (``police``). Returns which: judged, ours, direct, or passed (at LEGACY)."""
-    stage = stage_of_name(seen.namespace)
+    its own (``police``). Passed over, whatever the stage: a change of claim.v1's own (a rollback's write-back lands
+    in SHADOW). A claim claim.v1 already holds for that owner — entering SHADOW imported it while the observer had
+    not read it yet — agrees without asking claim.v1 again. Returns which: judged, ours, direct, or passed."""
+    stage = stage_since(seen.namespace)[0]
     if stage in (Stage.V1_WRITES, Stage.V1_ONLY):
         return police(seen, position_id, also)
-    if stage == Stage.LEGACY:  # claim.v1 is not open: legacy alone, nothing to compare
+    ours = _written_through(seen)
+    if stage == Stage.LEGACY or ours:
         with transaction.atomic(durable=True):
             _moved(seen, position_id, also, judged=False)
-        return "passed"
+        return "ours" if ours else "passed"
+    held = _held_already(seen)
+    if held is not None:
+        with transaction.atomic(durable=True):
+            _Observed(seen, position_id, also).record(V1Verdict(True, "CLAIMED", value=held))
+        return "judged"
     hook = _Observed(seen, position_id, also)
     principal = core.principal_ensure(name=seen.owner_id, role=Role.WORKER)
     if seen.operation == "claim" and seen.before is not None and seen.before.owner_id:
@@ -347,6 +355,14 @@ def _mirror(seen: Observed, principal: Any) -> Any:
         result=seen.row.result,
         result_digest=digest(seen.row.result),
     )
+
+
+def _held_already(seen: Observed) -> Task | None:
+    if seen.operation != "claim":
+        return None
+    return Task.objects.filter(
+        pk=seen.task_id, state="CLAIMED", owner_id=seen.owner_id, lease_expires_at__gt=clock.now()
+    ).first()
 
 
 def _no_attempt() -> ClaimError:
