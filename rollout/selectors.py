@@ -69,16 +69,10 @@ def stage_of(namespace: Namespace) -> str:
     return rollout_state(namespace)[0]
 
 
-def stage_since(namespace: str) -> tuple[str, datetime | None]:
-    """A namespace's stage by its name and when it entered it (an unknown namespace: the core's default, V1_ONLY,
-    since always)."""
+def stage_of_name(namespace: str) -> str:
+    """A namespace's stage by its name (an unknown namespace: the core's default, V1_ONLY)."""
     stage = RolloutState.objects.filter(namespace__name=namespace).values_list("stage", flat=True).first()
-    if stage is None:
-        return DEFAULT_STAGE, None
-    entered = (
-        StageChange.objects.filter(namespace=namespace).order_by("-at").values_list("at", flat=True).first()
-    )
-    return stage, entered
+    return stage or DEFAULT_STAGE
 
 
 ORDER: list[str] = [Stage.LEGACY, Stage.SHADOW, Stage.V1_READS, Stage.V1_WRITES, Stage.V1_ONLY]

@@ -35,7 +35,7 @@ from .. import pgoutput
 from ..legacy import LegacyVerdict, legacy_store
 from ..legacy_check import check as preflight
 from ..models import LegacyClaim, LegacyEvent, LegacyWrite, ObserverPosition, Stage
-from ..selectors import stage_since
+from ..selectors import stage_of_name
 from .legacy_api import _last_attempt
 from .operations import LEGACY, V1Verdict, refused
 from .shadow import compare, record_direct_write
@@ -217,7 +217,7 @@ def judge(seen: Observed, position_id: int, also: Callable[[], None] | None = No
     its own (``police``). Passed over, whatever the stage: a change of claim.v1's own (a rollback's write-back lands
     in SHADOW). A claim claim.v1 already holds for that owner — entering SHADOW imported it while the observer had
     not read it yet — agrees without asking claim.v1 again. Returns which: judged, ours, direct, or passed."""
-    stage = stage_since(seen.namespace)[0]
+    stage = stage_of_name(seen.namespace)
     if stage in (Stage.V1_WRITES, Stage.V1_ONLY):
         return police(seen, position_id, also)
     ours = _written_through(seen)
