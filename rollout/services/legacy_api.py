@@ -32,7 +32,8 @@ class LegacyAnswer:
     mismatch: Mismatch | None = None
 
 
-def _last_attempt(task_id: str, owner_id: str) -> Attempt | None:
+def last_attempt(task_id: str, owner_id: str) -> Attempt | None:
+    """The attempt claim.v1 last granted this owner on the task: what a legacy request of that owner names."""
     return Attempt.objects.filter(task_id=task_id, owner_id=owner_id).order_by("-claim_generation").first()
 
 
@@ -52,7 +53,7 @@ def _mirror(operation: str, *, ask: Ask, scheduler_epoch: int) -> V1Verdict:
                 ),
                 accepted_word="CLAIMED",
             )
-        attempt = _last_attempt(task_id, principal.owner_id)
+        attempt = last_attempt(task_id, principal.owner_id)
         if attempt is None:
             return V1Verdict(False, "FENCED", "ATTEMPT")
         # The attempt as claim.v1 granted it: every mirrored call names it so.

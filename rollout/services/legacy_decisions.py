@@ -24,7 +24,7 @@ from django.conf import settings
 from claims import clock
 from claims import services as core
 from claims.errors import ClaimError
-from claims.models import Principal, Task, TaskState
+from claims.models import Role, Task, TaskState
 
 from ..legacy import legacy_store
 from ..legacy_table import same_state
@@ -66,20 +66,24 @@ def _undo(decision: LegacyDecision) -> str:
     """An ABORTED legacy grant: claim.v1's attempt for it, if it still holds the task, released."""
     if decision.operation != "claim":
         return ""
-    task = (
-        Task.objects.filter(pk=decision.task_id, state=TaskState.CLAIMED).select_related("namespace").first()
-    )
-    owner = Principal.objects.filter(name=decision.owner_id).first()
-    if task is None or owner is None or task.owner_id != decision.owner_id or task.attempt_id is None:
+    return release_held(decision.task_id, decision.owner_id)
+
+
+def release_held(task_id: str, owner_id: str) -> str:
+    """The task's current claim.v1 attempt, if ``owner_id`` holds it, released as that owner (via legacy): what was
+    done, or "" when it holds nothing. The owner's principal is made if it has none (a worker only observed)."""
+    task = Task.objects.filter(pk=task_id, state=TaskState.CLAIMED, owner_id=owner_id).first()
+    if task is None or task.attempt_id is None:
         return ""
+    owner = core.principal_ensure(name=owner_id, role=Role.WORKER)
     try:
         with core.acting_via("legacy"):
             core.task_release(
                 principal=owner,
-                task_id=task.task_id,
+                task_id=task_id,
                 attempt_id=task.attempt_id,
                 claim_generation=task.claim_generation,
-                owner_id=decision.owner_id,
+                owner_id=owner_id,
                 scheduler_epoch=task.scheduler_epoch,
             )
     except ClaimError as exc:  # it moved on meanwhile (released, fenced, taken over): nothing left to undo

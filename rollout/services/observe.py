@@ -36,7 +36,8 @@ from ..legacy import LegacyVerdict, legacy_store
 from ..legacy_check import check as preflight
 from ..models import LegacyClaim, LegacyEvent, LegacyWrite, ObserverPosition, Stage
 from ..selectors import stage_of_name
-from .legacy_api import _last_attempt
+from .legacy_api import last_attempt
+from .legacy_decisions import release_held
 from .operations import LEGACY, V1Verdict, refused
 from .shadow import compare, record_direct_write
 
@@ -325,7 +326,7 @@ def _mirror(seen: Observed, principal: Any) -> Any:
             scheduler_epoch=epoch,
             ttl_seconds=ttl,
         )
-    attempt = _last_attempt(task_id, seen.owner_id)
+    attempt = last_attempt(task_id, seen.owner_id)
     if attempt is None:
         raise _no_attempt()
     named = {"principal": principal, "task_id": task_id, "attempt_id": attempt.attempt_id}
@@ -372,22 +373,7 @@ def _no_attempt() -> ClaimError:
 def _expired_in_legacy(previous: str, task_id: str) -> None:
     """Legacy let the task go to another owner because ``previous``'s expiry had passed: that owner's claim.v1
     attempt, if the observer's delay keeps it live, ends as legacy's rule ended it."""
-    task = Task.objects.filter(pk=task_id, owner_id=previous, state="CLAIMED").first()
-    if task is None or task.attempt_id is None:
-        return
-    owner = core.principal_ensure(name=previous, role=Role.WORKER)
-    try:
-        with core.acting_via(LEGACY):
-            core.task_release(
-                principal=owner,
-                task_id=task_id,
-                attempt_id=task.attempt_id,
-                claim_generation=task.claim_generation,
-                owner_id=previous,
-                scheduler_epoch=task.scheduler_epoch,
-            )
-    except ClaimError:
-        pass  # it moved on already
+    release_held(task_id, previous)
 
 
 def _ttl(seen: Observed) -> int:
