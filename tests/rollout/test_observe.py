@@ -193,3 +193,48 @@ def test_from_v1_writes_a_direct_write_by_an_old_binary_is_a_mismatch_of_its_own
     assert REGISTRY.get_sample_value("rollout_direct_legacy_writes", {"namespace": NS}) == 1
     snapshot = stages.drain_snapshot(namespace=NS)
     assert (snapshot.direct_writes, snapshot.is_clean) == (1, False)
+
+
+def test_the_observer_and_the_settling_job_run_in_a_real_worker(their, operator, celery_workers):
+    """observe_legacy and settle_legacy_decisions through a real Celery worker process on Redis, configured as a
+    team configures it (the table's mapping, observe mode on): the observer judges a claim of theirs; the settling
+    job finds an open legacy decision whose commit did happen and says so."""
+    from django.db import transaction
+
+    from rollout.legacy import LegacyAsk, legacy_store, legacy_unit
+    from rollout.models import LegacyDecision
+    from rollout.tasks import observe_legacy, settle_legacy_decisions
+    from tests.support.legacy_db import use_their_table
+    from tests.support.processes import wait_for
+
+    assert operator.post("/namespaces", {"name": NS, "stage": "SHADOW"}).status_code == 201
+    observed_job, decided_job = task_in_both(operator, their), task_in_both(operator, their)
+    observe.setup()
+    assert claim(their, observed_job, "w1", ttl=30)
+    with legacy_unit(), transaction.atomic(durable=True):
+        legacy_store().decide_many(
+            [
+                LegacyAsk(
+                    "claim", {"task_id": decided_job, "namespace": NS, "owner_id": "w2", "ttl_seconds": 60}
+                )
+            ]
+        )
+    LegacyDecision.objects.update(resolved_at=None, outcome="")  # as if its process died before marking it
+    db = connections["legacy_logical"].settings_dict  # the worker is no test run: name its test database
+    celery_workers.start(
+        **use_their_table("legacy_logical"),
+        LEGACY_OBSERVE_PG_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        ROLLOUT_LEGACY_OBSERVE="true",
+        LEGACY_DECISION_GRACE_SECONDS="0",
+    )
+
+    observe_legacy.delay()
+    settle_legacy_decisions.delay()
+
+    assert wait_for(
+        lambda: (
+            LegacyEvent.objects.filter(task_id=observed_job, operation="claim", owner_id="w1").exists()
+            and LegacyDecision.objects.filter(outcome="COMMITTED").exists()
+        )
+    ), celery_workers.log()
+    assert ComparedOperation.objects.filter(namespace=NS, operation="claim").count() >= 1
