@@ -194,7 +194,8 @@ def test_the_migration_drill(alias, mode, operator, settings):
                 if granted.status_code == 200 and granted.json().get("attempt_id"):
                     new.commit(granted.json(), {"by": "new-w"}, inline=True)
 
-            claim_v1 = Loop(new_worker_step, pause=0.02)
+            # the old pool first meets V1_WRITES alone (a claim.v1 worker started at once can take every new job
+            # before an old one finds it), then the claim.v1 worker joins
             if mode == "proxy":
                 assert wait_for(lambda: any(w.tally.refused.get("PROTOCOL_TOO_OLD") for w in old)), [
                     w.tally for w in old
@@ -203,6 +204,8 @@ def test_the_migration_drill(alias, mode, operator, settings):
                 assert wait_for(
                     lambda: Mismatch.objects.filter(namespace=POOL, reason="DIRECT_WRITE").exists()
                 )
+            claim_v1 = Loop(new_worker_step, pause=0.02)
+            time.sleep(0.5)
             stop.set()  # the runbook: stop the old pool
             for thread in pool:
                 thread.join(30)
