@@ -61,10 +61,7 @@ def observe_legacy(limit: int = 1000) -> dict[str, Any]:
     """Periodic, where ROLLOUT_LEGACY_OBSERVE is on: one pass of observe mode (services/observers.py), alone."""
     if not settings.ROLLOUT_LEGACY_OBSERVE:
         return {"skipped": 1}
-    with singleton("observe_legacy") as got:
-        if not got:
-            return {"skipped": 1}
-        return observers.once(limit=limit)
+    return observers.once(limit=limit)
 
 
 @shared_task(name="rollout.gate_check", **_RETRY)

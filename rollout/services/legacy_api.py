@@ -183,12 +183,9 @@ class _LegacyDecides(core.Guard):
         each, records = LEGACY_OPERATIONS[self.operation], Records()
         verdict = routing.legacy_decision(each, self.ask, records)
         interleave.reach("legacy_operation.decided")
-        v1 = accepted(value, _ACCEPTED[self.operation])
+        v1 = accepted(value, LEGACY_OPERATIONS[self.operation].accepted)
         self.answer = LegacyAnswer(verdict, _compared(self.operation, self.ask, verdict, v1, records))
         records.send()
-
-
-_ACCEPTED = {"claim": "CLAIMED", "heartbeat": "RENEWED", "release": "RELEASED", "complete": "COMMITTED"}
 
 
 def _in_shadow(operation: str, ask: Ask, target: routing.Target) -> LegacyAnswer | None:

@@ -38,7 +38,7 @@ from ..models import LegacyClaim, LegacyEvent, LegacyWrite, ObserverPosition, St
 from ..selectors import stage_of_name
 from .legacy_api import last_attempt
 from .legacy_decisions import release_held
-from .operations import LEGACY, V1Verdict, refused
+from .operations import LEGACY, LEGACY_OPERATIONS, V1Verdict, refused
 from .shadow import compare, record_direct_write
 
 
@@ -61,7 +61,6 @@ class Observed:
 
 
 _WORDS = {"claim": "GRANTED", "heartbeat": "RENEWED", "release": "RELEASED", "complete": "COMPLETED"}
-_ACCEPTED = {"claim": "CLAIMED", "heartbeat": "RENEWED", "release": "RELEASED", "complete": "COMMITTED"}
 
 
 def setup() -> ObserverPosition:
@@ -193,7 +192,7 @@ class _Observed(core.Guard):
         self.seen, self.position_id, self.also = seen, position_id, also
 
     def settle(self, point: str, ns: core.NamespaceHold, value: Any) -> None:
-        self.record(V1Verdict(True, _ACCEPTED[self.seen.operation], value=value))
+        self.record(LEGACY_OPERATIONS[self.seen.operation].verdict(value))
 
     def record(self, v1: V1Verdict) -> None:
         seen = self.seen
@@ -229,7 +228,7 @@ def judge(seen: Observed, position_id: int, also: Callable[[], None] | None = No
     held = _held_already(seen)
     if held is not None:
         with transaction.atomic(durable=True):
-            _Observed(seen, position_id, also).record(V1Verdict(True, "CLAIMED", value=held))
+            _Observed(seen, position_id, also).record(LEGACY_OPERATIONS["claim"].verdict(held))
         return "judged"
     hook = _Observed(seen, position_id, also)
     principal = core.principal_ensure(name=seen.owner_id, role=Role.WORKER)

@@ -7,6 +7,8 @@ from typing import Any
 
 from django.db import connections
 
+from claims.locks import singleton
+
 from ..legacy import legacy_store
 from ..models import ObserverPosition
 from . import observe, poll
@@ -21,7 +23,16 @@ def setup() -> ObserverPosition:
 
 
 def once(*, limit: int = 1000) -> dict[str, Any]:
-    """One pass: what it read and judged."""
+    """One pass, alone: what it read and judged. A pass reads the position, judges, and moves it — two at once
+    would judge the same changes twice, so a pass holds a named lock (the command and the job alike); a second
+    one skips."""
+    with singleton("observe_legacy") as got:
+        if not got:
+            return {"skipped": 1}
+        return _pass(limit)
+
+
+def _pass(limit: int) -> dict[str, Any]:
     counts: dict[str, int]
     if _polls():
         counts = poll.poll_once(limit=limit)

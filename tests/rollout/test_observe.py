@@ -238,3 +238,36 @@ def test_the_observer_and_the_settling_job_run_in_a_real_worker(their, operator,
         )
     ), celery_workers.log()
     assert ComparedOperation.objects.filter(namespace=NS, operation="claim").count() >= 1
+
+
+def test_a_pass_while_another_runs_judges_nothing(their, operator):
+    """Two passes at once would read one position and judge the same changes twice: a pass holds the observer's
+    named lock (the command and the beat job alike), and one that finds it held skips. The test holds it."""
+    import threading
+
+    from claims.locks import singleton
+    from rollout.services import observers
+    from tests.support.races import run_in_thread
+
+    assert operator.post("/namespaces", {"name": NS, "stage": "SHADOW"}).status_code == 201
+    job = task_in_both(operator, their)
+    observe.setup()
+    assert claim(their, job, "w1", ttl=30)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with singleton("observe_legacy"):
+            holding.set()
+            release.wait(20)
+
+    thread, _ = run_in_thread(hold)
+    assert holding.wait(10)
+    try:
+        skipped = observers.once()
+    finally:
+        release.set()
+        thread.join(20)
+
+    assert skipped == {"skipped": 1}
+    assert not LegacyEvent.objects.exists()
+    assert observers.once()["judged"] == 1

@@ -51,6 +51,11 @@ class Command(BaseCommand):
                 self.stdout.write(f"observing from {position.lsn} (slot {position.name})")
             while True:
                 counts = observers.once(limit=limit)
+                if "skipped" in counts:  # another pass (the beat job, another command) holds the lock
+                    if once:
+                        raise CommandError("another observer is running a pass; try again")
+                    time.sleep(interval)
+                    continue
                 if counts["read"] or once:
                     self.stdout.write(
                         f"{counts['read']} read, {counts['judged']} legacy decisions judged, "
