@@ -10,7 +10,7 @@ index and the (namespace, ended_at) one bound each scan).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 from django.db.models import Count, F, OuterRef, QuerySet, Subquery, Sum
@@ -61,6 +61,30 @@ def _events(since: datetime | None, until: datetime | None) -> QuerySet[TaskEven
     return events
 
 
+def _reclaims(events: QuerySet[TaskEvent]) -> Iterator[tuple[int, datetime, float]]:
+    """(namespace, at, seconds after the lease it ended ran out) per reclaim of an expired lease."""
+    rows = events.filter(kind=EventKind.RECLAIMED).values_list("namespace_id", "at", "detail__previous")
+    for namespace_id, at, previous in rows.iterator():
+        previous = previous or {}
+        expired = previous.get("lease_expires_at")
+        if expired and previous.get("ended") == "lease_expired":
+            yield namespace_id, at, max(0.0, (at - datetime.fromisoformat(expired)).total_seconds())
+
+
+def _commits(events: QuerySet[TaskEvent]) -> Iterator[tuple[int, datetime, float | None, int | None]]:
+    """(namespace, at, the task's age created → committed, the attempts it took) per canonical commit."""
+    attempts = Attempt.objects.filter(task_id=OuterRef("task_id"), started_at__lte=OuterRef("at"))
+    commits = events.filter(kind=EventKind.RESULT_COMMITTED).annotate(
+        created=Subquery(Task.objects.filter(pk=OuterRef("task_id")).values("created_at")[:1]),
+        tries=Subquery(attempts.order_by().values("task_id").annotate(n=Count("pk")).values("n")[:1]),
+    )
+    for namespace_id, at, created, tries in commits.values_list(
+        "namespace_id", "at", "created", "tries"
+    ).iterator():
+        age = None if created is None else max(0.0, (at - created).total_seconds())
+        yield namespace_id, at, age, tries
+
+
 def figures(*, since: datetime | None, until: datetime | None) -> Figures:
     """Every counter, and every histogram's buckets, sum and count, over records stamped in ``[since, until)``
     (None: unbounded on that side)."""
@@ -86,23 +110,13 @@ def figures(*, since: datetime | None, until: datetime | None) -> Figures:
             out[("claims_validation", labels(point=point, validated=validated))] += n
 
     # 2. Reclaim latency: a reclaim's time after the lease it ended ran out.
-    reclaims = events.filter(kind=EventKind.RECLAIMED).values_list("at", "detail__previous")
-    for at, previous in reclaims.iterator():
-        previous = previous or {}
-        expired = previous.get("lease_expires_at")
-        if expired and previous.get("ended") == "lease_expired":
-            lateness = (at - datetime.fromisoformat(expired)).total_seconds()
-            _observe(out, "claims_reclaim_latency_seconds", max(0.0, lateness))
+    for _, _, lateness in _reclaims(events):
+        _observe(out, "claims_reclaim_latency_seconds", lateness)
 
     # 3. At each canonical commit: the task's age (created READY → committed) and how many attempts it took.
-    attempts = Attempt.objects.filter(task_id=OuterRef("task_id"), started_at__lte=OuterRef("at"))
-    commits = events.filter(kind=EventKind.RESULT_COMMITTED).annotate(
-        created=Subquery(Task.objects.filter(pk=OuterRef("task_id")).values("created_at")[:1]),
-        tries=Subquery(attempts.order_by().values("task_id").annotate(n=Count("pk")).values("n")[:1]),
-    )
-    for at, created, tries in commits.values_list("at", "created", "tries").iterator():
-        if created is not None:
-            _observe(out, "claims_ready_to_commit_seconds", max(0.0, (at - created).total_seconds()))
+    for _, _, age, tries in _commits(events):
+        if age is not None:
+            _observe(out, "claims_ready_to_commit_seconds", age)
         _observe(out, "claims_attempts_per_task", tries or 0)
 
     # 4. Compute discarded: attempts that ended in the stretch without committing.
@@ -119,4 +133,39 @@ def figures(*, since: datetime | None, until: datetime | None) -> Figures:
     held = ended.aggregate(total=Sum(F("ended_at") - F("started_at")))["total"]
     if held:
         out[("claims_discarded_compute_seconds", "")] += held.total_seconds()
+    return out
+
+
+# --- per minute: what the console's Metrics page draws -----------------------------------------------------------
+
+MINUTE_COUNTS = {  # series → (acceptance point, event kinds)
+    "claims": (AcceptancePoint.CLAIM, (EventKind.CLAIMED, EventKind.RECLAIMED)),
+    "commits": (AcceptancePoint.COMMIT, (EventKind.RESULT_COMMITTED,)),
+    "fenced commits": (AcceptancePoint.COMMIT, (EventKind.FENCED,)),
+}
+MinuteKey = tuple[int, datetime, str]  # (namespace id, the minute, series)
+
+
+def minute_of(at: datetime) -> datetime:
+    return at.replace(second=0, microsecond=0)
+
+
+def per_minute(*, since: datetime, until: datetime) -> defaultdict[MinuteKey, float]:
+    """The Metrics page's figures over records stamped in ``[since, until)``, per namespace and minute: the counts
+    of ``MINUTE_COUNTS``, and the reclaim-latency and ready→commit buckets (``reclaim:le=…``, ``ready:le=…``, not
+    cumulative). Additive over stretches, as ``figures`` is: the fold keeps them in ``MinuteTally``."""
+    out: defaultdict[MinuteKey, float] = defaultdict(float)
+    events = _events(since, until)
+    counted = events.filter(point__in=[AcceptancePoint.CLAIM, AcceptancePoint.COMMIT]).values_list(
+        "namespace_id", "point", "kind", "at"
+    )
+    for namespace_id, point, kind, at in counted.iterator():
+        for series, (its_point, kinds) in MINUTE_COUNTS.items():
+            if point == its_point and kind in kinds:
+                out[(namespace_id, minute_of(at), series)] += 1
+    for namespace_id, at, lateness in _reclaims(events):
+        out[(namespace_id, minute_of(at), "reclaim:" + _bucket(lateness, LATENCY_BUCKETS))] += 1
+    for namespace_id, at, age, _ in _commits(events):
+        if age is not None:
+            out[(namespace_id, minute_of(at), "ready:" + _bucket(age, LATENCY_BUCKETS))] += 1
     return out

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from functools import wraps
-from html import escape
 from typing import Any
 
 from django.contrib import messages
@@ -64,32 +63,6 @@ def report(request: HttpRequest, exc: ClaimError) -> None:
     messages.error(request, f"{word}{f' ({reason})' if reason and reason != word else ''}: {detail}")
 
 
-def bar_chart(
-    series: Sequence[tuple[str, float]], *, width: int = 560, height: int = 120, unit: str = ""
-) -> str:
-    """A small SVG bar chart drawn by the project (no CDN, no JS), with a text title per bar for screen readers."""
-    if not series:
-        return '<p class="muted">No data yet.</p>'
-    top = max(value for _, value in series) or 1
-    bar = width / len(series)
-    parts = [
-        f'<svg class="chart" viewBox="0 0 {width} {height + 18}" role="img" '
-        f'aria-label="{len(series)} bars, highest {top:g}{escape(unit)}" width="100%">'
-    ]
-    for index, (label, value) in enumerate(series):
-        h = (value / top) * height
-        x = index * bar
-        parts.append(
-            f'<rect x="{x + 1:.1f}" y="{height - h:.1f}" width="{max(bar - 2, 1):.1f}" height="{h:.1f}">'
-            f"<title>{escape(label)}: {value:g}{escape(unit)}</title></rect>"
-        )
-    parts.append(f'<text x="0" y="{height + 14}">{escape(series[0][0])}</text>')
-    parts.append(
-        f'<text x="{width}" y="{height + 14}" text-anchor="end">{escape(series[-1][0])}</text></svg>'
-    )
-    return "".join(parts)
-
-
 def chart(
     *,
     kind: str,
@@ -98,12 +71,17 @@ def chart(
     x: str,
     y: str,
     stacked: bool = False,
+    colors: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """What ``templates/_chart.html`` draws (Chart.js) and prints as its text alternative."""
+    """What ``templates/_chart.html`` draws (Chart.js) and prints as its text alternative. ``colors`` fixes a
+    series' colour where it carries meaning (a status: bad is red, good is green); the rest take the palette's."""
     return {
         "type": kind,
         "labels": labels,
-        "datasets": [{"label": name, "data": data} for name, data in series.items()],
+        "datasets": [
+            {"label": name, "data": data, **({"color": colors[name]} if colors and name in colors else {})}
+            for name, data in series.items()
+        ],
         "x": x,
         "y": y,
         "stacked": stacked,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from . import clock, selectors, services
@@ -81,6 +84,9 @@ def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
 
 @role_required("viewer")
 def effects(request: HttpRequest) -> HttpResponse:
+    """The backlog: UNKNOWN effects to reconcile and NON_REPLAYABLE ones awaiting approval — of one namespace with
+    ``?ns=`` (a rollback's blockers link here so)."""
+    ns = request.GET.get("ns", "").strip()
     unknown = Effect.objects.filter(state=EffectState.UNKNOWN).select_related("task").order_by("updated_at")
     awaiting = (
         Effect.objects.filter(non_replayable=True, approved_at__isnull=True)
@@ -88,10 +94,19 @@ def effects(request: HttpRequest) -> HttpResponse:
         .select_related("task")
         .order_by("created_at")
     )
+    if ns:
+        unknown, awaiting = unknown.filter(namespace__name=ns), awaiting.filter(namespace__name=ns)
     return render(
         request,
         "claims/effects.html",
-        _ctx(request, unknown=unknown, awaiting=awaiting, taken_at=clock.now()),
+        _ctx(
+            request,
+            unknown=unknown,
+            awaiting=awaiting,
+            ns=ns,
+            namespaces=list(selectors.namespace_list().values_list("name", flat=True)),
+            taken_at=clock.now(),
+        ),
     )
 
 
@@ -112,7 +127,14 @@ def effect_reconcile(request: HttpRequest, effect_id: str) -> HttpResponse:
         task_id = Effect.objects.filter(pk=effect_id).values_list("task_id", flat=True).first()
         if task_id is not None:
             return redirect("console:task", task_id=task_id)
-    return redirect("console:effects")
+    return _back_to_effects(request)
+
+
+def _back_to_effects(request: HttpRequest) -> HttpResponse:
+    """The backlog as the operator had it: of the namespace it was filtered by."""
+    ns = request.POST.get("ns", "")
+    url = reverse("console:effects")
+    return redirect(f"{url}?{urlencode({'ns': ns})}" if ns else url)
 
 
 @require_POST
@@ -125,7 +147,7 @@ def effect_approve(request: HttpRequest, effect_id: str) -> HttpResponse:
         messages.success(request, f"Effect {effect_id[:12]}… approved.")
     except ClaimError as exc:
         report(request, exc)
-    return redirect("console:effects")
+    return _back_to_effects(request)
 
 
 @role_required("operator")

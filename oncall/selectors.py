@@ -5,18 +5,21 @@ legacy leases, its worker registrations) comes through ``oncall.extensions``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Count
 
 from claims import clock
+from claims.metrics import read_minutes
 from claims.models import (
     AcceptancePoint,
     Attempt,
     AuditEntry,
     Effect,
     EffectState,
+    EventKind,
     Namespace,
     Principal,
     Role,
@@ -25,6 +28,7 @@ from claims.models import (
     TaskEvent,
     TaskState,
 )
+from claims.tallies import LATENCY_BUCKETS, MINUTE_COUNTS
 from claims.ui import chart
 
 from . import extensions
@@ -44,7 +48,7 @@ class Lease:
     task_id: str
     owner_id: str
     pool: str
-    via: str  # "claim.v1" | "legacy"
+    via: str  # "claim.v1", or the protocol a passed-on request came by ("legacy")
 
 
 def live_tasks(namespace: Namespace, now: datetime) -> Any:
@@ -64,9 +68,19 @@ def live_leases(namespace: Namespace, *, pool: str | None = None, now: datetime 
     attempts = Attempt.objects.filter(attempt_id__in=live_tasks(namespace, now).values("attempt_id"))
     if pool is not None:
         attempts = attempts.filter(pool=pool)
+    rows = list(attempts.values_list("attempt_id", "task_id", "owner_id", "pool"))
+    # An attempt granted to a request passed on from another protocol (the rollout's legacy API judged by claim.v1:
+    # its claim event's ``via``) is that protocol's lease, not a claim.v1 worker's.
+    passed_on = dict(
+        TaskEvent.objects.filter(
+            attempt_id__in=[row[0] for row in rows], kind__in=[EventKind.CLAIMED, EventKind.RECLAIMED]
+        )
+        .exclude(via="")
+        .values_list("attempt_id", "via")
+    )
     leases = [
-        Lease(namespace.name, task_id, owner, attempt_pool, "claim.v1")
-        for task_id, owner, attempt_pool in attempts.values_list("task_id", "owner_id", "pool")
+        Lease(namespace.name, task_id, owner, attempt_pool, passed_on.get(attempt_id, "claim.v1"))
+        for attempt_id, task_id, owner, attempt_pool in rows
     ]
     return leases + extensions.leases_of(namespace, now, pool)
 
@@ -150,10 +164,11 @@ def incident(namespace: Namespace, now: datetime | None = None) -> dict[str, Any
         )
     )
     oldest_wait = age_seconds(min(waiting), now) if waiting else None
+    refused = refused_since(namespace, paused_by.at, now) if paused_by is not None else None
     facts = extensions.facts_of(namespace, now)
     behind = []
     if oldest_wait is not None and oldest_wait > settings.FENCE_RESEND_AFTER_SECONDS:
-        behind.append(f"a fence request has waited {oldest_wait:.0f} s for its job")
+        behind.append(f"a fence's self-check has waited {oldest_wait:.0f} s for its job")
     return {
         "stage": None,
         "rollback": None,
@@ -164,8 +179,30 @@ def incident(namespace: Namespace, now: datetime | None = None) -> dict[str, Any
         "paused": namespace.claims_paused,
         "hold": namespace.pause_hold,
         "paused_by": paused_by,
+        "refused_since_fence": refused,
         "fences_waiting": len(waiting),
         "jobs_behind": behind + facts["jobs_behind"],
+    }
+
+
+def refused_since(namespace: Namespace, since: datetime, now: datetime) -> dict[str, int]:
+    """Requests refused FENCED at each acceptance point in ``[since, now]`` — what a fence has stopped since it
+    was made — read by the timeline's (namespace, point, at) index."""
+    rows = (
+        TaskEvent.objects.filter(
+            namespace_id=namespace.id,
+            point__in=AcceptancePoint.values,
+            at__gte=since,
+            at__lte=now,
+            kind="fenced",
+        )
+        .values_list("point")
+        .annotate(n=Count("id"))
+    )
+    counts = dict(rows)
+    return {
+        "total": sum(counts.values()),
+        **{point: counts.get(point, 0) for point in AcceptancePoint.values},
     }
 
 
@@ -178,18 +215,21 @@ def overview(now: datetime | None = None) -> list[dict[str, Any]]:
     ]
 
 
-def pools_page(now: datetime | None = None) -> dict[str, Any]:
+def pools_page(now: datetime | None = None, *, namespace: str = "") -> dict[str, Any]:
     """What the Pools page shows: per namespace and pool the live leases held (``live_leases``: the drain's
-    figure), and the workers — the installed apps' rows (the rollout's registrations), else every worker
-    principal — each with the live leases it holds."""
+    figure), by the protocol that holds them, and the workers — the installed apps' rows (the rollout's
+    registrations), else every worker principal — each with the live leases it holds; of one namespace, or all."""
     now = now or clock.now()
     held: dict[tuple[str, str], int] = {}
     by_pool: dict[tuple[str, str], dict[str, int]] = {}
-    for ns in Namespace.objects.order_by("name"):
+    namespaces = Namespace.objects.order_by("name")
+    if namespace:
+        namespaces = namespaces.filter(name=namespace)
+    for ns in namespaces:
         for lease in live_leases(ns, now=now):
             held[(lease.namespace, lease.owner_id)] = held.get((lease.namespace, lease.owner_id), 0) + 1
             counts = by_pool.setdefault((lease.namespace, lease.pool), {"claim.v1": 0, "legacy": 0})
-            counts[lease.via] += 1
+            counts[lease.via] = counts.get(lease.via, 0) + 1
     workers = extensions.workers_of(now, held)
     if workers is None:
         by_owner: dict[str, int] = {}
@@ -209,24 +249,69 @@ def pools_page(now: datetime | None = None) -> dict[str, Any]:
         }
         for (ns, pool), c in sorted(by_pool.items())
     ]
-    return {"workers": workers, "pools": pools, "taken_at": now, "stale_after": settings.WORKER_STALE_SECONDS}
+    if namespace:
+        workers = [row for row in workers if row.get("reg") is None or row["reg"].namespace == namespace]
+    return {
+        "workers": workers,
+        "pools": pools,
+        "taken_at": now,
+        "stale_after": settings.WORKER_STALE_SECONDS,
+        "namespace": namespace,
+    }
 
 
-def activity_per_minute(namespace: Namespace, now: datetime, minutes: int = 60) -> dict[str, Any]:
-    """Claims, commits and commits refused FENCED per minute over the last ``minutes``, in one namespace — from the
-    timeline's acceptance-point rows, read by the (namespace, point, at) index within the window."""
-    since = now - timedelta(minutes=minutes)
-    rows = TaskEvent.objects.filter(
-        namespace_id=namespace.id, point__in=[AcceptancePoint.CLAIM, AcceptancePoint.COMMIT], at__gte=since
-    ).values_list("kind", "point", "at")
-    series = {"claims": [0] * minutes, "commits": [0] * minutes, "fenced commits": [0] * minutes}
-    for kind, point, at in rows:
-        slot = minutes - 1 - min(minutes - 1, int((now - at).total_seconds() // 60))
-        if point == AcceptancePoint.CLAIM and kind in ("claimed", "reclaimed"):
-            series["claims"][slot] += 1
-        elif point == AcceptancePoint.COMMIT and kind == "result_committed":
-            series["commits"][slot] += 1
-        elif point == AcceptancePoint.COMMIT and kind == "fenced":
-            series["fenced commits"][slot] += 1
+def glance(now: datetime, minutes: int = 60) -> dict[str, Any]:
+    """The Metrics page over the last ``minutes`` up to ``now``: claims and fenced commits per minute, the reclaim
+    latencies and ready→commit times as histograms (p95 as its bucket's bound, as Prometheus' histogram_quantile
+    would bound it), UNKNOWN effects, and each namespace's claims, commits and fenced commits per minute — all from
+    the per-minute tallies (``claims.metrics.read_minutes``)."""
+    window, figures = read_minutes(now=now, minutes=minutes)
+    slot = {minute: i for i, minute in enumerate(window)}
+    names = dict(Namespace.objects.order_by("name").values_list("id", "name"))
+    per_ns = {ns_id: {series: [0] * minutes for series in MINUTE_COUNTS} for ns_id in names}
+    buckets: dict[str, dict[str, float]] = {"reclaim": {}, "ready": {}}
+    for (ns_id, minute, series), value in figures.items():
+        if series in MINUTE_COUNTS and ns_id in per_ns and minute in slot:
+            per_ns[ns_id][series][slot[minute]] += int(value)
+        elif ":" in series:
+            family, bucket = series.split(":", 1)
+            buckets[family][bucket] = buckets[family].get(bucket, 0) + value
+    total = {
+        series: [sum(ns[series][i] for ns in per_ns.values()) for i in range(minutes)]
+        for series in MINUTE_COUNTS
+    }
     labels = [f"-{minutes - i} min" for i in range(minutes)]
-    return chart(kind="line", labels=labels, series=series, x="minutes ago", y="per minute")
+    return {
+        "claims_chart": _minutes_chart(labels, {"claims": total["claims"]}),
+        "claims_total": sum(total["claims"]),
+        "fenced_chart": _minutes_chart(labels, {"fenced commits": total["fenced commits"]}),
+        "fenced_total": sum(total["fenced commits"]),
+        "reclaim": _histogram(buckets["reclaim"], "reclaims"),
+        "ready": _histogram(buckets["ready"], "commits"),
+        "unknown": Effect.objects.filter(state=EffectState.UNKNOWN).count(),
+        "activity": [
+            (names[ns_id], chart(kind="line", labels=labels, series=series, x="minutes ago", y="per minute"))
+            for ns_id, series in sorted(per_ns.items(), key=lambda item: names[item[0]])
+        ],
+    }
+
+
+def _minutes_chart(labels: list[str], series: dict[str, list[int]]) -> dict[str, Any]:
+    return chart(kind="bar", labels=labels, series=series, x="minutes ago", y="per minute")
+
+
+def _histogram(counts: dict[str, float], what: str) -> dict[str, Any]:
+    """A latency histogram over ``LATENCY_BUCKETS`` (counts not cumulative), its total and its p95's bucket bound."""
+    bounds = [f"le={float(b)}" for b in LATENCY_BUCKETS] + ["le=+Inf"]
+    values = [int(counts.get(b, 0)) for b in bounds]
+    labels = [f"≤ {b:g} s" for b in LATENCY_BUCKETS] + [f"> {LATENCY_BUCKETS[-1]:g} s"]
+    total, running, p95 = sum(values), 0, None
+    for label, value in zip(labels, values, strict=True):
+        running += value
+        if total and p95 is None and running >= 0.95 * total:
+            p95 = label
+    return {
+        "total": total,
+        "p95": p95,
+        "chart": chart(kind="bar", labels=labels, series={what: values}, x="seconds", y=what),
+    }

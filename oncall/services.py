@@ -1,12 +1,10 @@
-"""On-call's epoch fences as durable requests — the one way the API, the console and the CLI fence: recorded first,
-then run (at once by the API and the CLI, by the ``fence_epoch`` job from the console), and sent again
-(``resend_fences``) while unfinished — so a job worker killed before, during or after the fence neither loses the
-fence nor applies it twice.
-
-A run: (1) the fence, idempotent on the request's id (claims' ``epoch_fence(fence_id=…)``: pause, epoch + 1,
-every earlier attempt fenced); (2) the self-check — a commit carrying the old epoch must come back FENCED (EPOCH);
-(3) the verdict recorded on the request and in the audit log, in one transaction. Two runs of one request at once:
-the second finds the request's advisory lock taken and leaves it to the first.
+"""On-call's epoch fences — the one way the API, the console and the CLI fence (``fence``): in the caller's request,
+one transaction pauses the namespace, bumps its epoch, ends the live attempts and records the durable request, so
+nothing waits for a job. Then the self-check (``fence_check``) — a commit carrying the old epoch must come back
+FENCED (EPOCH) — and its verdict, on the request and in the audit log: run at once by the API and the CLI, by the
+``fence_epoch`` job from the console, and sent again (``resend_fences``) while unfinished — so a job worker killed
+before, during or after the check neither loses it nor records it twice. Two checks of one request at once: the
+second finds the request's advisory lock taken and leaves it to the first.
 """
 
 from __future__ import annotations
@@ -20,50 +18,55 @@ from django.db import transaction
 from django.db.models import F
 
 from claims import clock, selectors, services
-from claims.errors import Fenced, Forbidden, NotFound
+from claims.errors import Fenced, Forbidden
 from claims.locks import singleton
-from claims.models import Namespace, Principal, Role, Task, TaskState
+from claims.models import AuditEntry, Principal, Role, Task, TaskState
 from claims.services import audit
 
 from .models import FenceRequest
 
 
-def fence_request(*, principal: Principal, namespace: str, reason: str) -> FenceRequest:
-    """Record an on-call's fence request; the caller then enqueues ``fence_epoch`` with its id."""
+def fence(
+    *, principal: Principal, namespace: str, reason: str, fence_id: uuid.UUID | None = None
+) -> FenceRequest:
+    """Fence now and record the request, in one transaction: the namespace row locked first (claims'
+    ``epoch_fence``: pause, epoch + 1, live attempts ended, audited), then the request inserted with the new
+    epoch and the fence's clock. Idempotent on ``fence_id`` (the console's form carries one: a second submit of
+    the same form finds its fence and fences nothing more). The self-check is the caller's next step."""
     if principal.role != Role.ONCALL:
         raise Forbidden("an epoch fence is oncall's")
-    if not Namespace.objects.filter(name=namespace).exists():
-        raise NotFound(f"no such namespace: {namespace}")
+    fence_id = fence_id or uuid.uuid4()
     with transaction.atomic(durable=True):
-        now = clock.now()
-        request = FenceRequest.objects.create(
-            namespace=namespace, reason=reason, principal=principal.name, requested_at=now
-        )
-        audit(
-            principal=principal,
-            action="fence_requested",
-            at=now,
+        services.epoch_fence(principal=principal, namespace=namespace, reason=reason, fence_id=fence_id)
+        existing = FenceRequest.objects.filter(pk=fence_id).first()
+        if existing is not None:
+            return existing
+        fenced = AuditEntry.objects.get(action="epoch_fence", target=f"fence:{fence_id}")
+        return FenceRequest.objects.create(
+            fence_id=fence_id,
             namespace=namespace,
-            target=f"fence:{request.fence_id}",
             reason=reason,
+            principal=principal.name,
+            requested_at=fenced.at,
+            scheduler_epoch=fenced.detail["scheduler_epoch"],
         )
-    return request
 
 
-def fence_run(*, fence_id: uuid.UUID | str) -> FenceRequest:
-    """Apply the fence (once, whatever the number of runs) and check it. Returns the request as it stands."""
+def fence_check(*, fence_id: uuid.UUID | str) -> FenceRequest:
+    """The self-check of a recorded fence, once whatever the number of runs; returns the request as it stands. A
+    request recorded by an earlier release before its fence (no epoch yet) is fenced first, idempotently."""
     with singleton(f"fence:{fence_id}") as got:
         request = FenceRequest.objects.get(pk=fence_id)
         if not got or request.finished_at is not None:
             return request
         FenceRequest.objects.filter(pk=fence_id).update(runs=F("runs") + 1)
         principal = Principal.objects.get(name=request.principal)
-        services.epoch_fence(
-            principal=principal, namespace=request.namespace, reason=request.reason, fence_id=request.pk
-        )
+        if request.scheduler_epoch is None:
+            services.epoch_fence(
+                principal=principal, namespace=request.namespace, reason=request.reason, fence_id=request.pk
+            )
         epoch = selectors.fence_epoch_of(request.pk)
-        assert epoch is not None  # the fence above recorded it
-        FenceRequest.objects.filter(pk=fence_id).update(scheduler_epoch=epoch)
+        assert epoch is not None  # the fence above, or the request's own transaction, recorded it
         check = _self_check(namespace=request.namespace, old_epoch=epoch - 1)
         with transaction.atomic(durable=True):
             now = clock.now()
@@ -84,13 +87,14 @@ def fence_run(*, fence_id: uuid.UUID | str) -> FenceRequest:
 
 
 def fence_now(*, principal: Principal, namespace: str, reason: str) -> FenceRequest:
-    """Request and run at once (the API, the ``fence`` command, and ``fence_epoch`` called without a request)."""
-    return fence_run(fence_id=fence_request(principal=principal, namespace=namespace, reason=reason).pk)
+    """Fence and check at once (the API, the ``fence`` command, and ``fence_epoch`` called without a request)."""
+    return fence_check(fence_id=fence(principal=principal, namespace=namespace, reason=reason).pk)
 
 
 def fences_unfinished(*, older_than_seconds: int | None = None) -> list[FenceRequest]:
-    """Requests whose job has not finished within ``FENCE_RESEND_AFTER_SECONDS``: its worker died or its message
-    was lost. ``resend_fences`` sends each again."""
+    """Requests whose self-check has not finished within ``FENCE_RESEND_AFTER_SECONDS``: its job's worker died or
+    its message was lost. ``resend_fences`` sends each again. (The fence itself is never waiting: it was made in
+    the request.)"""
     window = timedelta(seconds=older_than_seconds or settings.FENCE_RESEND_AFTER_SECONDS)
     return list(
         FenceRequest.objects.filter(finished_at__isnull=True, requested_at__lt=clock.now() - window).order_by(

@@ -14,21 +14,21 @@ _RETRY = {"autoretry_for": (DatabaseError,), "retry_backoff": True, "retry_kwarg
 
 @shared_task(name="oncall.fence_epoch", **_RETRY)
 def fence_epoch(namespace: str, reason: str, principal: str, fence_id: str | None = None) -> dict:
-    """Pause, bump, record — then prove it: an old-epoch commit must come back FENCED (EPOCH). With the id of a
-    recorded request (the console's path) a rerun applies nothing twice; without one, a request is recorded
-    first."""
+    """Prove a fence: an old-epoch commit must come back FENCED (EPOCH). With the id of a recorded request (the
+    console's path: the fence was made in its request) it runs that request's self-check, once however often it is
+    sent; without one, it fences first (pause, bump, record) and then checks."""
     if fence_id is None:
         done = services.fence_now(
             principal=Principal.objects.get(name=principal), namespace=namespace, reason=reason
         )
     else:
-        done = services.fence_run(fence_id=fence_id)
+        done = services.fence_check(fence_id=fence_id)
     return done.summary()
 
 
 @shared_task(name="oncall.resend_fences")
 def resend_fences() -> dict:
-    """Periodic: send again the fence requests a dead worker or a lost message left unfinished."""
+    """Periodic: send again the self-checks a dead worker or a lost message left unfinished."""
     pending = services.fences_unfinished()
     for request in pending:
         fence_epoch.delay(request.namespace, request.reason, request.principal, str(request.fence_id))

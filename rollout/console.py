@@ -198,25 +198,38 @@ def _merged_timeline(mismatch: Mismatch) -> list[dict[str, Any]]:
     return entries
 
 
+# A status's colour says what it means: a BUG red, an EXPLAINED mismatch green, one still OPEN amber.
+STATUS_COLORS: dict[str, str] = {
+    MismatchStatus.OPEN.value: "#8a5a00",
+    MismatchStatus.EXPLAINED.value: "#1d6b38",
+    MismatchStatus.BUG.value: "#8a1c1c",
+}
+
+
 def mismatches_per_hour(namespace: str, now: datetime, hours: int = 24) -> dict[str, dict[str, Any]]:
-    """Mismatches recorded per hour over the last ``hours``, stacked by reason and by status."""
+    """Mismatches recorded per hour over the last ``hours`` up to ``now`` (the page's clock: one recorded while
+    the page renders is the next load's), stacked by reason and by status."""
     since = now - timedelta(hours=hours)
     rows = list(
-        Mismatch.objects.filter(namespace=namespace, at__gte=since).values_list("reason", "status", "at")
+        Mismatch.objects.filter(namespace=namespace, at__gte=since, at__lte=now).values_list(
+            "reason", "status", "at"
+        )
     )
     labels = [f"-{hours - i} h" for i in range(hours)]
 
-    def stacked(values: list[str], pick: int) -> dict[str, Any]:
+    def stacked(values: list[str], pick: int, colors: dict[str, str] | None = None) -> dict[str, Any]:
         series = {value: [0] * hours for value in values}
         for row in rows:
             slot = hours - 1 - min(hours - 1, int((now - row[2]).total_seconds() // 3600))
             series[str(row[pick])][slot] += 1
         used = {k: v for k, v in series.items() if any(v)} or {values[0]: [0] * hours}
-        return chart(kind="bar", labels=labels, series=used, x="hours ago", y="mismatches", stacked=True)
+        return chart(
+            kind="bar", labels=labels, series=used, x="hours ago", y="mismatches", stacked=True, colors=colors
+        )
 
     return {
         "by_reason": stacked([str(r) for r in MismatchReason.values], 0),
-        "by_status": stacked([str(s) for s in MismatchStatus.values], 1),
+        "by_status": stacked([str(s) for s in MismatchStatus.values], 1, STATUS_COLORS),
     }
 
 

@@ -92,7 +92,10 @@ class RollbackApi(APIView):
             **error_responses(400, 401, 403, 404, 409),
         },
         description="Epoch fence → namespace-wide drain → stage back → claims stay paused. 202 while the "
-        "drain is not clean; re-POST to check again, or with force and a reason to finish anyway.",
+        "drain is not clean: the advance_rollback job finishes it at the first clean drain (its progress is on "
+        "`GET …/rollout`). A second rollback while one is open checks the drain again: 200 ROLLED_BACK if it is "
+        "clean now (or with force and a reason: finished without a clean drain, recorded), else 409 "
+        "ROLLBACK_IN_PROGRESS with the open one's step — it starts nothing; so is one naming another to_stage.",
     )
     def post(self, request: AuthedRequest, ns: str) -> Response:
         data = parsed(s.RollbackIn, request)

@@ -21,7 +21,7 @@ from .core import (
     Token,
 )
 from .effects import DispatchIntent, DispatchState, Effect, EffectEvent, EffectState
-from .metrics import MetricFold, MetricTally
+from .metrics import MetricFold, MetricTally, MinuteTally
 from .resources import Resource, ResourceKey, TaskResource
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "EventKind",
     "MetricFold",
     "MetricTally",
+    "MinuteTally",
     "Namespace",
     "Principal",
     "ReplayPolicy",

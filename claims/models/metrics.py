@@ -27,3 +27,20 @@ class MetricTally(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["family", "labels"], name="metric_tally_once")]
+
+
+class MinuteTally(models.Model):
+    """One folded figure of one namespace in one minute — what the console's Metrics page draws
+    (``tallies.per_minute``: claims, commits, fenced commits, and the latency buckets): the page then costs its
+    hour's rows plus the unfolded stretch, however many events the hour holds. The fold keeps the last
+    ``MINUTE_TALLY_HOURS`` and deletes older minutes."""
+
+    namespace_id = models.BigIntegerField()
+    minute = models.DateTimeField()
+    series = models.CharField(max_length=40)
+    value = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["minute", "namespace_id", "series"], name="minute_tally_once")
+        ]

@@ -10,10 +10,13 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from .. import clock, tallies
-from ..models import MetricFold, MetricTally
+from ..models import MetricFold, MetricTally, MinuteTally
 
 FOLD = "claims"
 BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
+MINUTE_TALLY_HOURS = (
+    2  # the Metrics page draws the last hour; a minute older than this is deleted by the fold
+)
 
 
 @dataclass(frozen=True)
@@ -71,5 +74,23 @@ def metrics_fold() -> Folded:
             )
             if not updated:  # the only writer of tallies holds the watermark lock: no concurrent insert
                 MetricTally.objects.create(family=family, labels=labels, value=value)
+        _fold_minutes(since=max(since, cut - timedelta(hours=MINUTE_TALLY_HOURS)), cut=cut)
         MetricFold.objects.filter(name=FOLD).update(through=cut, folded_at=now)
         return Folded(since=since, through=cut, figures=len(figures))
+
+
+def _fold_minutes(*, since: datetime, cut: datetime) -> None:
+    """The per-minute figures of ``[since, cut)`` added to ``MinuteTally`` (under the watermark's lock, its only
+    writer), and minutes older than ``MINUTE_TALLY_HOURS`` deleted."""
+    if since < cut:
+        for (namespace_id, minute, series), value in sorted(
+            tallies.per_minute(since=since, until=cut).items()
+        ):
+            updated = MinuteTally.objects.filter(
+                minute=minute, namespace_id=namespace_id, series=series
+            ).update(value=F("value") + value)
+            if not updated:
+                MinuteTally.objects.create(
+                    minute=minute, namespace_id=namespace_id, series=series, value=value
+                )
+    MinuteTally.objects.filter(minute__lt=cut - timedelta(hours=MINUTE_TALLY_HOURS)).delete()

@@ -48,22 +48,24 @@ def epoch_fence(
     hold: str = "",
 ) -> Namespace:
     """Stop new claims and bump the epoch: every attempt granted before this moment is fenced at every
-    acceptance point, whatever epoch it later sends.
+    acceptance point, whatever epoch it later sends. Composes into the caller's transaction (the on-call tools
+    record their fence request in the same one); alone, it is one transaction of its own.
 
-    ``fence_id`` makes the fence idempotent: a job that died after the fence committed and runs again with the
-    same id finds the fence recorded (under the namespace row lock, so two runs at once cannot both bump) and
-    changes nothing. ``selectors.fence_epoch_of(fence_id)`` tells which epoch that fence started. ``hold`` names
-    who alone may lift the pause (``namespace_release_hold``); until then resume is refused (PAUSE_HELD).
+    ``fence_id`` makes the fence idempotent: a caller that runs again with the same id finds the fence recorded
+    (under the namespace row lock, so two runs at once cannot both bump) and changes nothing.
+    ``selectors.fence_epoch_of(fence_id)`` tells which epoch that fence started. ``hold`` names who alone may lift
+    the pause (``namespace_release_hold``); until then resume is refused (PAUSE_HELD).
 
     1. Lock the namespace row FOR NO KEY UPDATE — first, never after a FOR SHARE of it (two fences or a fence
        and a resume that both upgrade deadlock). The lock waits for every decision in flight (they hold it FOR
-       SHARE), so none lands under the old epoch after this commits.
+       SHARE), so none lands under the old epoch after this commits. The clock is read after it.
     2. Pause, epoch + 1 (and the hold, if given).
-    3. Mark the live attempts FENCED and append `epoch_fenced` to each of their tasks' timelines. The mark is a
-       record; the refusal never depends on it — it compares epochs.
+    3. End the attempts still open from earlier epochs (``_end_open_attempts``); those whose lease was live are
+       the fence's figure, and get `epoch_fenced` on their task's timeline. The mark is a record; the refusal
+       never depends on it — it compares epochs.
     4. Audit, with the principal and reason.
     """
-    with transaction.atomic(durable=True):
+    with transaction.atomic(savepoint=False):
         ns = namespace_lock(name=namespace)
         if (
             fence_id is not None
@@ -75,7 +77,7 @@ def epoch_fence(
         if hold and not ns.pause_hold:
             changes["pause_hold"] = hold
         Namespace.objects.filter(pk=ns.id).update(**changes)
-        live = _end_live_attempts(ns, epoch, principal=principal, reason=reason)
+        live = _end_open_attempts(ns, epoch, principal=principal, reason=reason)
         audit(
             principal=principal,
             action="epoch_fence",
@@ -101,13 +103,21 @@ def epoch_fence(
         return Namespace.objects.get(pk=ns.id)
 
 
-def _end_live_attempts(ns: NamespaceHold, epoch: int, *, principal: Principal, reason: str) -> list[tuple]:
-    """Step 3 of a fence, under its lock: every attempt granted before ``epoch`` ended FENCED, and `epoch_fenced`
-    on the timeline of each task that was claimed under one. Returns those tasks' (task, attempt, generation,
-    epoch, owner)."""
+def _end_open_attempts(ns: NamespaceHold, epoch: int, *, principal: Principal, reason: str) -> list[tuple]:
+    """Step 3 of a fence, under its lock: every attempt granted before ``epoch`` and not ended yet is ended FENCED.
+    Only those whose lease was live — the task CLAIMED by it, unexpired — are the fence's figure and get
+    `epoch_fenced` on their task's timeline: an attempt an earlier fence ended is not counted or marked again
+    (issue 24: each fence said it ended them all again), nor is a lease that had already run out. Returns the live
+    ones' (task, attempt, generation, epoch, owner)."""
     live = list(
         Task.objects.filter(
-            namespace_id=ns.id, state=TaskState.CLAIMED, scheduler_epoch__lt=epoch
+            namespace_id=ns.id,
+            state=TaskState.CLAIMED,
+            scheduler_epoch__lt=epoch,
+            lease_expires_at__gt=ns.now,
+            attempt_id__in=Attempt.objects.filter(namespace_id=ns.id, ended_at__isnull=True).values(
+                "attempt_id"
+            ),
         ).values_list("task_id", "attempt_id", "claim_generation", "scheduler_epoch", "owner_id")
     )
     Attempt.objects.filter(namespace_id=ns.id, ended_at__isnull=True, scheduler_epoch__lt=epoch).update(

@@ -280,7 +280,8 @@ def advance(
         assert gate is not None  # a next stage exists (checked above)
         interleave.reach("rollout_advance.gated")
         if gate.holds or override:
-            state.set_stage(locked, principal=principal, stage=to_stage, reason=reason)
+            move = "forward" if gate.holds else "override"
+            state.set_stage(locked, principal=principal, stage=to_stage, move=move, reason=reason)
             StageChange.objects.create(
                 namespace=namespace,
                 from_stage=stage,
@@ -328,7 +329,10 @@ def rollback(
     stage moves back; (4) claims stay paused until someone resumes them.
 
     The rollback is recorded under the namespace row lock (FOR NO KEY UPDATE, taken first), so it and an advance
-    are ordered: an advance after it is refused (ROLLBACK_IN_PROGRESS), one before it is what it rolls back."""
+    are ordered: an advance after it is refused (ROLLBACK_IN_PROGRESS), one before it is what it rolls back. A
+    second request while one is open checks the drain again: it finishes the open one when the drain is clean (or
+    it forces, with the same target), and is otherwise refused — ROLLBACK_IN_PROGRESS with the open one's step, as
+    is one naming another target: it never answers as if it had started something."""
     if principal.role != Role.ONCALL:
         raise Forbidden("rollback is oncall's")
     with transaction.atomic(durable=True):
@@ -337,6 +341,9 @@ def rollback(
         running = (
             Rollback.objects.select_for_update().filter(namespace=hold.name, finished_at__isnull=True).first()
         )
+        if running is not None and to_stage != running.to_stage:
+            raise _in_progress(running, locked.stage)
+        again = running is not None
         if running is None:
             order = selectors.ORDER
             if to_stage not in order or order.index(to_stage) >= order.index(locked.stage):
@@ -354,7 +361,35 @@ def rollback(
                 scheduler_epoch=hold.scheduler_epoch,
                 started_at=hold.now,
             )
-    return advance_rollback(rollback_id=running.pk, principal=principal, force=force, reason=reason)
+            audit(
+                principal=principal,
+                action="rollback_start",
+                at=hold.now,
+                namespace=hold.name,
+                target=f"rollback:{running.pk}",
+                reason=reason,
+                detail={"from": locked.stage, "to": to_stage},
+            )
+    done = advance_rollback(rollback_id=running.pk, principal=principal, force=force, reason=reason)
+    if again and done.finished_at is None:
+        raise _in_progress(done, done.from_stage)  # checked again, still draining: nothing was started
+    return done
+
+
+def _in_progress(running: Rollback, stage: str) -> RollbackInProgress:
+    return RollbackInProgress(
+        f"a rollback to {running.to_stage} is under way ({running.step}), asked by {running.principal}: it "
+        "finishes at the first clean drain; to finish it now, send the same rollback with force and a reason",
+        current={
+            "stage": stage,
+            "rollback": {
+                "to_stage": running.to_stage,
+                "step": running.step,
+                "principal": running.principal,
+                "started_at": running.started_at.isoformat(),
+            },
+        },
+    )
 
 
 def _hold_of(rollback: Rollback) -> str:
@@ -415,12 +450,15 @@ def advance_rollback(
             return locked
         # An advance is refused while the rollback is open, so the stage is still the one it started from — or,
         # for a rollback begun before the finish was one transaction, already moved back.
+        # The one who asked for the rollback answers for its move, whether a request or the job drives it here.
+        actor = principal or Principal.objects.get(name=locked.principal)
         if at.stage != locked.to_stage:
             state.set_stage(
                 at,
-                principal=principal,
+                principal=actor,
                 stage=locked.to_stage,
-                reason=f"rollback{' (forced: ' + reason + ')' if forced else ''}",
+                move="rollback",
+                reason=f"rollback: {locked.reason}{' (forced: ' + reason + ')' if forced else ''}",
             )
         services.namespace_release_hold(namespace=locked.namespace, hold=_hold_of(locked))
         locked.step, locked.finished_at, locked.forced = "DONE", hold.now, forced
@@ -429,7 +467,7 @@ def advance_rollback(
             namespace=locked.namespace,
             from_stage=locked.from_stage,
             to_stage=locked.to_stage,
-            principal=principal.name if principal else "system",
+            principal=actor.name,
             reason=locked.reason,
             override=forced,
             figures={"drain": drain_figures(snapshot)},

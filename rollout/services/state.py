@@ -105,9 +105,11 @@ def namespace_create(*, principal: Principal, name: str, stage: str, min_protoco
     return namespace
 
 
-def set_stage(locked: Locked, *, principal: Principal | None, stage: str, reason: str = "") -> None:
-    """Write the stage decided under ``locked`` — a compare-and-set on the stage read there, audited. Inside the
-    caller's transaction (advance and rollback decide under the lock, then write here)."""
+def set_stage(locked: Locked, *, principal: Principal, stage: str, move: str, reason: str = "") -> None:
+    """Write the stage decided under ``locked`` — a compare-and-set on the stage read there — and audit it with
+    the principal and the kind of ``move`` (``forward``, ``override``, ``rollback``): every stage move is in the
+    audit log, whoever drives it. Inside the caller's transaction (advance and rollback decide under the lock, then
+    write here)."""
     hold = locked.hold
     with transaction.atomic(savepoint=False):
         changed = RolloutState.objects.filter(pk=hold.id, stage=locked.stage).update(
@@ -128,12 +130,11 @@ def set_stage(locked: Locked, *, principal: Principal | None, stage: str, reason
                 reason="STAGE_CHANGED",
                 current={"stage": RolloutState.objects.get(pk=hold.id).stage},
             )
-        if principal is not None:
-            core.audit(
-                principal=principal,
-                action="namespace_set_stage",
-                at=hold.now,
-                namespace=hold.name,
-                reason=reason,
-                detail={"from": locked.stage, "to": stage},
-            )
+        core.audit(
+            principal=principal,
+            action="namespace_set_stage",
+            at=hold.now,
+            namespace=hold.name,
+            reason=reason,
+            detail={"from": locked.stage, "to": stage, "move": move},
+        )

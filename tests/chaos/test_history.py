@@ -366,9 +366,9 @@ def test_invariants_hold_with_effects_lost_replies_killed_job_workers_a_fence_jo
     """Scenario 3: a third of the tasks make a direct side effect (the target drops a quarter of its replies after
     acting and fences direct calls on the claim generation), a third dispatch theirs through the gateway (the
     control plane's Celery worker delivers them). Fault rounds, repeated while the run lasts (one at CI size): the
-    Celery worker SIGKILLed while it delivers; a chaos worker paused past its lease; an epoch fence run as the
-    fence_epoch job with its Celery worker SIGKILLed inside the fence's transaction (resend_fences finishes it on a
-    fresh worker, once); then a stage move under load — a rollback V1_ONLY → V1_WRITES (fence, drain with on-call
+    Celery worker SIGKILLed while it delivers; a chaos worker paused past its lease; an epoch fence made as the
+    console makes it, its self-check's job with its Celery worker SIGKILLed inside the check (resend_fences finishes
+    it on a fresh worker, once); then a stage move under load — a rollback V1_ONLY → V1_WRITES (fence, drain with on-call
     reconciling UNKNOWN effects by asking the target, stage back, resume), or, the round after, oncall's override
     forward to V1_ONLY again."""
     ensure_default_namespace()
@@ -411,7 +411,7 @@ def test_invariants_hold_with_effects_lost_replies_killed_job_workers_a_fence_jo
 
             at_kill, runs = fence_through_the_job_killing_its_worker(jobs, oncall, rounds)
             faults[
-                f"SIGKILL the Celery worker inside fence_epoch (request {at_kill}; {runs} runs, one bump)"
+                f"SIGKILL the Celery worker inside fence_epoch's self-check (request {at_kill}; {runs} runs, one bump)"
             ] += 1
             oncall.post("/namespaces/chaos/resume", {})
 
@@ -470,11 +470,11 @@ class JobWorker:
 
 
 def fence_through_the_job_killing_its_worker(jobs: JobWorker, oncall, n: int) -> tuple[str, int]:
-    """An epoch fence requested as on-call does from the console; the job's worker is SIGKILLed inside the fence's
-    transaction (the namespace row is held, so the fence cannot commit first); a fresh worker finishes it through
-    resend_fences. Exactly one epoch bump."""
+    """An epoch fence made as on-call makes it from the console (at once, in the request); its self-check's job
+    has its worker SIGKILLed inside the check (the namespace row is held, so the probe commit waits); a fresh worker
+    finishes the check through resend_fences. Exactly one epoch bump."""
     epoch_before = Namespace.objects.get(name="chaos").scheduler_epoch
-    request = fences.fence_request(
+    request = fences.fence(
         principal=Principal.objects.get(name=oncall.name), namespace="chaos", reason=f"chaos round {n}"
     )
     with row_locked("SELECT 1 FROM claims_namespace WHERE name = %s FOR UPDATE", ["chaos"]):

@@ -1,5 +1,5 @@
 """Celery worker processes killed with SIGKILL in the middle of the jobs that must be neither lost nor doubled:
-``fence_epoch`` (before and after its fence commits), ``advance_rollback`` (between moving the stage and marking
+``fence_epoch`` (inside its self-check, and inside the fence of a request an earlier release left unfenced), ``advance_rollback`` (between moving the stage and marking
 the rollback done) and ``deliver_dispatch`` (while the target is acting). Real worker processes on Redis, real
 PostgreSQL; the job is stopped at the chosen point by a row lock this test holds on another connection (a real
 database wait, not a hook in the product), the worker is killed there, and a fresh worker picks the work up
@@ -17,6 +17,7 @@ import time
 import pytest
 from django.db import connection
 
+from claims import clock
 from claims.models import AuditEntry, DispatchIntent, Effect, Namespace, Principal
 from claims.tasks import deliver_dispatch, redeliver_dispatches
 from oncall import services as fences
@@ -44,12 +45,15 @@ def wait_until_no_backend_holds_an_advisory_lock() -> None:
     assert wait_for(gone, seconds=20)
 
 
-def test_a_fence_job_killed_before_its_fence_commits_is_run_again_and_fences_once(celery_workers):
+def test_a_request_recorded_before_its_fence_by_an_earlier_release_is_fenced_once_by_its_job(celery_workers):
+    """Before issue 24 the console recorded a request and left the fence to its job. A request left so by an
+    upgrade (no epoch yet) is fenced by the job that checks it — once, though its first worker is killed inside
+    the fence's transaction."""
     operator, oncall = make_actor("olivia-operator", "operator"), make_actor("oscar-oncall", "oncall")
     operator.create(node_id="probe")
     first = celery_workers.start(**FAST_RESEND_ENV)
-    request = fences.fence_request(
-        principal=Principal.objects.get(name=oncall.name), namespace="default", reason="drill"
+    request = FenceRequest.objects.create(
+        namespace="default", reason="drill", principal=oncall.name, requested_at=clock.now()
     )
 
     with row_locked("SELECT 1 FROM claims_namespace WHERE name = %s FOR UPDATE", ["default"]):
@@ -78,13 +82,13 @@ def test_a_fence_job_killed_during_its_self_check_is_finished_without_a_second_b
     operator, oncall = make_actor("olivia-operator", "operator"), make_actor("oscar-oncall", "oncall")
     probe = operator.create(node_id="probe").json()["task_id"]  # the oldest task: the self-check's probe
     first = celery_workers.start(**FAST_RESEND_ENV)
-    request = fences.fence_request(
+    request = fences.fence(
         principal=Principal.objects.get(name=oncall.name), namespace="default", reason="drill"
     )
 
     with row_locked("SELECT 1 FROM claims_task WHERE task_id = %s FOR UPDATE", [probe]):
         fence_epoch.delay("default", "drill", oncall.name, str(request.pk))
-        wait_for_lock_waiters(1)  # the fence committed; the probe commit waits for the task row
+        wait_for_lock_waiters(1)  # the fence was the request's; the self-check's probe waits for the task row
         assert Namespace.objects.get(name="default").scheduler_epoch == 2
         celery_workers.kill(first)
 

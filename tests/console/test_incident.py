@@ -26,16 +26,14 @@ def test_the_header_says_who_paused_claims_when_and_why(oncall, default_namespac
 
 def test_the_header_says_when_the_jobs_are_behind(oncall, default_namespace, db_clock, settings):
     settings.FENCE_RESEND_AFTER_SECONDS = 30
-    fences.fence_request(
-        principal=Principal.objects.get(name=oncall.name), namespace="default", reason="queued"
-    )
+    fences.fence(principal=Principal.objects.get(name=oncall.name), namespace="default", reason="queued")
     fresh = login("viewer").get("/ns/default/", {"part": "live"})
     db_clock.travel(45)
 
     late = login("operator").get("/ns/default/", {"part": "live"})
 
     assert fresh.context["incident"]["jobs_behind"] == [] and fresh.context["incident"]["fences_waiting"] == 1
-    assert late.context["incident"]["jobs_behind"] == ["a fence request has waited 45 s for its job"]
+    assert late.context["incident"]["jobs_behind"] == ["a fence's self-check has waited 45 s for its job"]
     assert b"check the Celery workers and beat" in late.content
 
 

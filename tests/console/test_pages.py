@@ -114,7 +114,12 @@ def test_the_admin_shows_append_only_records_read_only(ready_task, operator):
     assert TaskEvent.objects.get(pk=event.pk).principal != "forged"
 
 
-def test_a_fence_asked_while_the_job_queue_is_down_is_kept_and_says_so(ui_oncall, ready_task, monkeypatch):
+def test_a_console_fence_acts_in_its_request_even_while_the_job_queue_is_down(
+    ui_oncall, ready_task, monkeypatch
+):
+    """Issue 24: the fence no longer waits for its job — with the broker down the namespace is fenced by the
+    request itself; only the self-check waits, and the page says how to run it by hand."""
+    from django.core.management import call_command
     from kombu.exceptions import OperationalError
 
     from oncall import views
@@ -127,11 +132,36 @@ def test_a_fence_asked_while_the_job_queue_is_down_is_kept_and_says_so(ui_oncall
 
     page = ui_oncall.post("/ns/default/fence", {"reason": "incident", "confirm": "default"}, follow=True)
 
+    namespace = Namespace.objects.get(name="default")
+    assert (namespace.scheduler_epoch, namespace.claims_paused) == (2, True)  # fenced by the request
+    request = FenceRequest.objects.get()
+    assert (request.status, request.scheduler_epoch) == (
+        "FENCED",
+        2,
+    )  # the check waits; resend_fences sends it
     assert page.status_code == 200 and b"the job queue is unreachable" in page.content
-    assert (
-        FenceRequest.objects.get().status == "PENDING"
-    )  # kept: resend_fences sends it when the queue is back
-    assert Namespace.objects.get(name="default").scheduler_epoch == 1
+    assert f"manage.py fence_check {request.fence_id}".encode() in page.content
+    assert b'id="resume-form"' in page.content  # Resume is offered on the page the fence answered with
+
+    call_command("fence_check", str(request.fence_id))
+
+    request.refresh_from_db()
+    assert request.status == "CHECKED" and request.self_check["ok"] is True
+    assert Namespace.objects.get(name="default").scheduler_epoch == 2  # checked, not fenced again
+
+
+def test_a_fence_form_submitted_twice_fences_once(ui_oncall, default_namespace):
+    form = {
+        "reason": "double click",
+        "confirm": "default",
+        "fence_id": "0b7a4a52-8f1e-4d36-9d59-2f1f3a0c9e11",
+    }
+
+    ui_oncall.post("/ns/default/fence", form)
+    ui_oncall.post("/ns/default/fence", form)
+
+    assert Namespace.objects.get(name="default").scheduler_epoch == 2
+    assert AuditEntry.objects.filter(action="epoch_fence").count() == 1
 
 
 def test_a_console_reconcile_takes_only_the_values_the_api_takes(ui_operator, worker_a, ready_task):

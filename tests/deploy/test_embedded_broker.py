@@ -53,9 +53,9 @@ def _request_fence(env: dict[str, str], reason: str) -> None:
         env,
         "shell",
         "-c",
-        "from claims.models import Principal; from oncall.services import fence_request; "
+        "from claims.models import Principal; from oncall.services import fence; "
         "from oncall.tasks import fence_epoch; "
-        f"r = fence_request(principal=Principal.objects.get(name='oc'), namespace='default', reason='{reason}'); "
+        f"r = fence(principal=Principal.objects.get(name='oc'), namespace='default', reason='{reason}'); "
         f"fence_epoch.delay('default', '{reason}', 'oc', str(r.pk))",
     )
 

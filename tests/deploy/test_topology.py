@@ -5,8 +5,8 @@ balancer while, each round:
 
 - one app server is SIGKILLed (master and workers) and started again on its port;
 - PgBouncer is restarted (every server connection of every process dies with it);
-- an on-call fence runs as the fence_epoch job and the Celery worker running it is SIGKILLed inside the fence's
-  transaction; the beat's resend_fences finishes it on the other worker, once;
+- an on-call fence's self-check runs as the fence_epoch job and the Celery worker running it is SIGKILLed
+  inside the check's transaction; the beat's resend_fences finishes it on the other worker, once;
 - a Celery worker is SIGKILLed while it delivers a dispatch, and started again.
 
 Then the history checker of tests/chaos holds over the whole run: one canonical commit per task, generations
@@ -146,10 +146,10 @@ def topology(tmp_path):
 
 
 def fence_killing_its_job_worker(topology: Topology, oncall, n: int) -> str:
-    """An on-call fence run as the fence_epoch job (the console's path); the Celery worker that received it is
-    SIGKILLed while the fence waits on the namespace row this test holds, inside the fence's transaction. Returns
-    the request's id: the beat's resend_fences must finish it."""
-    request = fences.fence_request(
+    """An on-call fence as the console makes it (at once), its self-check run as the fence_epoch job; the Celery
+    worker that received the job is SIGKILLed while the check's probe waits on the namespace row this test holds.
+    Returns the request's id: the beat's resend_fences must finish it."""
+    request = fences.fence(
         principal=Principal.objects.get(name=oncall.name), namespace="chaos", reason=f"topology round {n}"
     )
     with row_locked("SELECT 1 FROM claims_namespace WHERE name = %s FOR UPDATE", ["chaos"]):

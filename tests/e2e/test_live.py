@@ -16,6 +16,8 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
 def test_a_fence_made_elsewhere_shows_on_the_open_page_without_a_reload(page, live_server, shot):
+    """Issue 24: a fence acts in its request, so the open page shows the new epoch, PAUSED and Resume within one
+    refresh — no reload — and the self-check's verdict when its job has run."""
     ensure_default_namespace()
     ui_user("oscar", "oncall")
     elsewhere = make_actor("ona-oncall", "oncall")
@@ -24,21 +26,57 @@ def test_a_fence_made_elsewhere_shows_on_the_open_page_without_a_reload(page, li
     page.evaluate("window.__notReloaded = true")
     page.locator("#fence-reason").fill("typing, not submitted")
     expect(page.locator("#epoch")).to_have_text("1")
+    expect(page.locator("#resume-form")).to_have_count(0)
 
-    request = fences.fence_request(
+    request = fences.fence(
         principal=Principal.objects.get(name=elsewhere.name),
         namespace="default",
-        reason="requested elsewhere",
+        reason="fenced elsewhere",
     )
-    expect(page.locator("#fences")).to_contain_text("waiting for its job", timeout=10_000)
-    fences.fence_run(fence_id=request.pk)  # the job runs
-
     expect(page.locator("#epoch")).to_have_text("2", timeout=10_000)
     expect(page.locator("#paused")).to_have_text("PAUSED")
+    expect(page.locator("#resume-form")).to_be_visible()  # Resume, offered without a reload
+    expect(page.locator("#fences")).to_contain_text("waiting for its job")
+    page.locator("#resume-reason").fill("typing a resume reason")
+    fences.fence_check(fence_id=request.pk)  # the job runs
+
     expect(page.locator("#fences tbody tr").first).to_contain_text("✓", timeout=10_000)
     assert page.evaluate("window.__notReloaded") is True
     assert page.locator("#fence-reason").input_value() == "typing, not submitted"
+    assert page.locator("#resume-reason").input_value() == "typing a resume reason"  # kept across refreshes
     shot(page, "16-live-fence")
+
+
+def test_the_drain_chart_is_drawn_again_after_every_refresh(page, live_server):
+    """Issue 24: the drain chart went blank after the first 3 s refresh (the redraw ran on the replaced element,
+    not the one in the page). After two refreshes the canvas in the page is a new one, and its chart is drawn on
+    it."""
+    from rollout.services.stages import drain_snapshot
+
+    ensure_default_namespace()
+    ui_user("vic", "viewer")
+    for _ in range(2):
+        drain_snapshot(namespace="default")
+    log_in(page, live_server, "vic")
+    page.goto(f"{live_server.url}/ns/default/")
+    page.wait_for_function("Chart.getChart(document.getElementById('drain-canvas'))")
+    page.evaluate("document.getElementById('drain-canvas').dataset.first = 'yes'")
+    first_taken = page.locator("#taken-at").inner_text()
+
+    page.wait_for_function(
+        f"document.getElementById('taken-at').innerText !== {first_taken!r}", timeout=10_000
+    )
+    page.wait_for_timeout(3_500)  # and one more refresh
+
+    drawn = page.evaluate(
+        "(() => { const c = document.getElementById('drain-canvas'); const chart = Chart.getChart(c);"
+        " return {fresh: c.dataset.first !== 'yes', points: chart ? chart.data.labels.length : null,"
+        " size: chart ? [chart.width, chart.height] : null, box: [c.clientWidth, c.clientHeight]}; })()"
+    )
+    assert drawn["fresh"] and drawn["points"] == 2
+    # Drawn on the canvas in the page: Chart.js sized it to its box (a blank canvas keeps its default 300 × 150).
+    width, height = drawn["size"]
+    assert drawn["box"] == [round(width), round(height)] and drawn["box"] != [300, 150]
 
 
 def test_fence_from_the_overview_in_one_step_with_a_typo_caught_beside_its_field(page, live_server, shot):

@@ -35,7 +35,7 @@ def test_the_api_fence_is_a_durable_request_with_its_self_check(oncall, default_
     assert request.self_check["ok"] is True and request.scheduler_epoch == 2 and request.finished_at
     assert request.principal == oncall.name
     actions = list(AuditEntry.objects.filter(namespace="default").values_list("action", "principal"))
-    assert ("fence_requested", oncall.name) in actions and ("fence_self_check", oncall.name) in actions
+    assert ("epoch_fence", oncall.name) in actions and ("fence_self_check", oncall.name) in actions
     assert Task.objects.get(pk=task_id).state == "READY"  # the probe's refusal changed nothing
 
 

@@ -27,10 +27,8 @@ def test_fence_epoch_fences_and_proves_an_old_epoch_commit_is_refused(operator, 
     assert check.detail["ok"] is True and check.principal == "oscar-oncall"
 
 
-def test_a_fence_request_left_unfinished_is_sent_again_and_fences_once(oncall, ready_task, db_clock):
-    request = fences.fence_request(
-        principal=Principal.objects.get(name=oncall.name), namespace="default", reason="x"
-    )
+def test_a_fence_self_check_left_unfinished_is_sent_again_and_recorded_once(oncall, ready_task, db_clock):
+    request = fences.fence(principal=Principal.objects.get(name=oncall.name), namespace="default", reason="x")
     # Its job never ran (a lost message, a dead worker): nothing happens before the resend window.
     assert oncall_jobs.resend_fences.delay().get() == {"resent": 0}
     db_clock.travel(31)
@@ -46,11 +44,9 @@ def test_a_fence_request_left_unfinished_is_sent_again_and_fences_once(oncall, r
 
 def test_a_fence_request_is_oncalls_and_names_a_namespace(operator, oncall):
     with pytest.raises(Forbidden):
-        fences.fence_request(
-            principal=Principal.objects.get(name=operator.name), namespace="default", reason="x"
-        )
+        fences.fence(principal=Principal.objects.get(name=operator.name), namespace="default", reason="x")
     with pytest.raises(NotFound):
-        fences.fence_request(principal=Principal.objects.get(name=oncall.name), namespace="nope", reason="x")
+        fences.fence(principal=Principal.objects.get(name=oncall.name), namespace="nope", reason="x")
     assert not FenceRequest.objects.exists()
 
 

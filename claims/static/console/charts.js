@@ -12,8 +12,8 @@
       data: {
         labels: spec.labels,
         datasets: spec.datasets.map((d, i) => ({
-          label: d.label, data: d.data, borderColor: palette[i % palette.length],
-          backgroundColor: palette[i % palette.length], borderWidth: 2, pointRadius: 0, tension: 0.2,
+          label: d.label, data: d.data, borderColor: d.color || palette[i % palette.length],
+          backgroundColor: d.color || palette[i % palette.length], borderWidth: 2, pointRadius: 0, tension: 0.2,
         })),
       },
       options: {
@@ -27,5 +27,8 @@
   }
   function drawAll(root) { root.querySelectorAll("canvas[data-chart]").forEach(draw); }
   document.addEventListener("DOMContentLoaded", () => drawAll(document));
-  document.addEventListener("htmx:afterSwap", (event) => drawAll(event.target));  // live regions redraw
+  // A live region's refresh (hx-swap="outerHTML") puts new elements in place of the old: htmx:load is fired on
+  // the new content (htmx:afterSwap's target is the old element, already out of the page — the drain chart went
+  // blank after the first refresh).
+  document.addEventListener("htmx:load", (event) => drawAll(event.detail.elt || event.target));
 })();

@@ -1,0 +1,88 @@
+"""One fence, acting at once (issue 24): the API, the console and the CLI fence through ``oncall.services.fence`` —
+in the request's own transaction the namespace is paused and the epoch bumped and the durable request recorded,
+so the next claim is refused whether or not any job ever runs; the job only checks. A fence's figures count only
+the attempts that were live when it was made, and the pages say what it has refused since."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+
+from claims.models import Attempt, AuditEntry, Namespace, TaskEvent
+from oncall import views
+from oncall.models import FenceRequest
+from tests.console.test_pages import login
+
+
+def _fence_via(door: str, oncall) -> None:
+    if door == "api":
+        assert oncall.post("/namespaces/default/fence", {"reason": f"via {door}"}).status_code == 200
+    elif door == "cli":
+        call_command("fence", "default", reason=f"via {door}", principal=oncall.name)
+    else:
+        page = login("oncall").post("/ns/default/fence", {"reason": f"via {door}", "confirm": "default"})
+        assert page.status_code == 302
+
+
+@pytest.mark.parametrize("door", ["api", "console", "cli"])
+def test_every_door_fences_in_its_own_request_and_the_next_claim_is_refused(
+    door, oncall, operator, worker_a, default_namespace, monkeypatch
+):
+    monkeypatch.setattr(views.fence_epoch, "delay", lambda *a, **k: None)  # no job runs at all
+    task_id = operator.create().json()["task_id"]
+
+    _fence_via(door, oncall)
+
+    namespace = Namespace.objects.get(name="default")
+    assert (namespace.scheduler_epoch, namespace.claims_paused) == (2, True)
+    request = FenceRequest.objects.get()
+    assert (request.scheduler_epoch, request.reason) == (2, f"via {door}")
+    fenced = AuditEntry.objects.get(action="epoch_fence")
+    assert fenced.target == f"fence:{request.fence_id}" and fenced.at == request.requested_at
+    refused = worker_a.claim(task_id, epoch=2)
+    assert refused.status_code == 409 and refused.json()["outcome"] == "CLAIMS_PAUSED"
+    # The API and the CLI check at once; the console leaves the check to its job (which did not run here).
+    assert request.status == ("FENCED" if door == "console" else "CHECKED")
+
+
+def test_a_fence_counts_only_the_attempts_that_were_live(oncall, operator, worker_a, worker_b, db_clock):
+    """Two fences on one namespace: the first ends the three live claims, the second ends none — it does not end
+    them again, nor count a lease that had already run out."""
+    live = [operator.create().json()["task_id"] for _ in range(3)]
+    lapsed = operator.create().json()["task_id"]
+    worker_b.claim(lapsed, ttl=1)
+    db_clock.travel(2)
+    for task_id in live:
+        worker_a.claim(task_id, ttl=60)
+
+    assert oncall.post("/namespaces/default/fence", {"reason": "first"}).status_code == 200
+    assert oncall.post("/namespaces/default/fence", {"reason": "second"}).status_code == 200
+
+    figures = list(
+        AuditEntry.objects.filter(action="epoch_fence").order_by("id").values_list("detail__fenced_attempts")
+    )
+    assert figures == [(3,), (0,)]
+    marked = TaskEvent.objects.filter(kind="epoch_fenced").values_list("task_id", flat=True)
+    assert sorted(marked) == sorted(live)  # one mark per live attempt, none for the lapsed lease
+    assert Attempt.objects.filter(ended_at__isnull=True).count() == 0  # every earlier attempt ended
+    fences = login("viewer").get("/ns/default/", {"part": "live"}).context["fences"]
+    assert [(f["reason"], f["fenced_attempts"]) for f in fences] == [("second", 0), ("first", 3)]
+
+
+def test_the_pages_say_what_the_fence_has_refused_since(oncall, operator, worker_a, default_namespace):
+    task_id = operator.create().json()["task_id"]
+    late = worker_a.claim(task_id).json()
+    assert oncall.post("/namespaces/default/fence", {"reason": "stale writers"}).status_code == 200
+
+    worker_a.commit_inline(late, "too late")  # refused FENCED (EPOCH)
+    worker_a.renew(late)  # refused FENCED
+    other = operator.create().json()["task_id"]
+    worker_a.claim(other, epoch=2)  # refused: claims are paused
+
+    page = login("oncall").get("/ns/default/", {"part": "live"})
+
+    refused = page.context["incident"]["refused_since_fence"]
+    recorded = TaskEvent.objects.filter(kind="fenced", at__gte=page.context["incident"]["paused_by"].at)
+    assert refused["total"] == recorded.count() == 3
+    assert (refused["commit"], refused["renew"], refused["claim"]) == (1, 1, 1)
+    assert b'id="refused-since"' in page.content and b'id="resume-form"' in page.content
