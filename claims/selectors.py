@@ -154,13 +154,33 @@ def next_lease_expiry(*, namespace: str, node_ids: list[str] | None = None) -> d
 AUDIT_PAGE = 100
 
 
+# The audit log's records of the work itself — one per task created, cancelled, revised, requeued, per resource —
+# which outnumber the control actions (fences, resumes, stage moves, reviews, reconciles …) a hundred to one.
+WORK_ACTIONS = (
+    "task_create",
+    "task_cancel",
+    "task_revise_input",
+    "task_requeue",
+    "resource_create",
+    "resource_delete",
+)
+
+
 def audit_entries(
-    *, namespace: str = "", action: str = "", principal: str = "", before: int | None = None
+    *,
+    namespace: str = "",
+    action: str = "",
+    principal: str = "",
+    before: int | None = None,
+    with_work: bool = False,
 ) -> tuple[list[AuditEntry], int | None]:
-    """A page of the audit log, newest first, filtered by namespace, action and principal (exact), and the id to
-    pass as ``before`` for the next older page (None at the end). Keyset on the id: a page costs the same however
-    long the log."""
+    """A page of the audit log, newest first, filtered by namespace, action and principal (exact) — the control
+    actions only unless ``with_work`` (or an ``action`` of the work is asked for by name) — and the id to pass as
+    ``before`` for the next older page (None at the end). Keyset on the id: a page costs the same however long the
+    log."""
     rows = AuditEntry.objects.order_by("-id")
+    if not with_work and not action:
+        rows = rows.exclude(action__in=WORK_ACTIONS)
     if namespace:
         rows = rows.filter(namespace=namespace)
     if action:

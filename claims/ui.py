@@ -17,6 +17,10 @@ from .services.principals import principal_for_user, ui_role
 
 _RANK = {"viewer": 0, "operator": 1, "oncall": 2}
 
+# How often a live region of a console page asks again (htmx ``every``): a fence, a stage move or a drain shows
+# within this on every open page.
+LIVE_REFRESH_SECONDS = 3
+
 
 def error_page(status: int, title: str, detail: str) -> HttpResponse:
     """The console's styled error page. It stands alone — no user, no session, no database — because a 500 may

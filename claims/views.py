@@ -156,9 +156,10 @@ def audit(request: HttpRequest) -> HttpResponse:
     waivers, reviews, reconciles, approvals — with principal, reason and time; filtered by namespace, action and
     principal; newest first, a page at a time (``before``)."""
     filters = {key: request.GET.get(key, "").strip() for key in ("namespace", "action", "principal")}
+    with_work = request.GET.get("work") == "1"
     raw_before = request.GET.get("before", "")
     before = int(raw_before) if raw_before.isdigit() and len(raw_before) < 19 else None  # a bigint or nothing
-    entries, older = selectors.audit_entries(**filters, before=before)
+    entries, older = selectors.audit_entries(**filters, before=before, with_work=with_work)
     return render(
         request,
         "claims/audit.html",
@@ -167,6 +168,7 @@ def audit(request: HttpRequest) -> HttpResponse:
             entries=entries,
             older=older,
             filters=filters,
+            with_work=with_work,
             actions=selectors.audit_actions(),
             taken_at=clock.now(),
         ),

@@ -165,12 +165,14 @@ def incident(namespace: Namespace, now: datetime | None = None) -> dict[str, Any
     )
     oldest_wait = age_seconds(min(waiting), now) if waiting else None
     refused = refused_since(namespace, paused_by.at, now) if paused_by is not None else None
+    last_request = FenceRequest.objects.filter(namespace=namespace.name).order_by("-requested_at").first()
     facts = extensions.facts_of(namespace, now)
     behind = []
     if oldest_wait is not None and oldest_wait > settings.FENCE_RESEND_AFTER_SECONDS:
         behind.append(f"a fence's self-check has waited {oldest_wait:.0f} s for its job")
     return {
         "stage": None,
+        "gate": None,
         "rollback": None,
         "rollback_waits_on": None,
         "last_drain_check_age": None,
@@ -180,6 +182,7 @@ def incident(namespace: Namespace, now: datetime | None = None) -> dict[str, Any
         "hold": namespace.pause_hold,
         "paused_by": paused_by,
         "refused_since_fence": refused,
+        "check_failed": last_request is not None and last_request.status == "CHECK_FAILED",
         "fences_waiting": len(waiting),
         "jobs_behind": behind + facts["jobs_behind"],
     }
@@ -207,12 +210,38 @@ def refused_since(namespace: Namespace, since: datetime, now: datetime) -> dict[
 
 
 def overview(now: datetime | None = None) -> list[dict[str, Any]]:
-    """Every namespace with its epoch, pause, drain figures, and what the installed apps add (stage, mismatches)."""
+    """The incident board: every namespace's incident facts (``incident``: epoch, pause and who and why, the gate,
+    the rollback and what it waits on, self-checks waiting, jobs behind) and its drain figures, read at one clock;
+    those in trouble first, then those whose gate holds, then the rest, by name."""
     now = now or clock.now()
-    return [
-        {"ns": ns, "drain": drain_counts(ns, now=now), **extensions.facts_of(ns, now)}
+    rows = [
+        {"ns": ns, "drain": drain_counts(ns, now=now), **incident(ns, now)}
         for ns in Namespace.objects.order_by("name")
     ]
+    for row in rows:
+        row["trouble"] = _trouble(row)
+        row["can_advance"] = bool(row.get("gate") and row["gate"].holds and not row["rollback"])
+    return sorted(rows, key=lambda row: (not row["trouble"], not row["can_advance"], row["ns"].name))
+
+
+def _trouble(row: dict[str, Any]) -> list[str]:
+    """Why a namespace needs someone now — each reason in a few words."""
+    reasons = []
+    if row["paused"]:
+        reasons.append("claims paused")
+    if row["rollback"]:
+        reasons.append("rollback under way")
+    if row["jobs_behind"]:
+        reasons.append("jobs behind")
+    if row.get("mismatches"):
+        reasons.append(f"{row['mismatches']} mismatch{'es' if row['mismatches'] != 1 else ''} to review")
+    if row["drain"]["unknown_effects"]:
+        reasons.append(
+            f"{row['drain']['unknown_effects']} UNKNOWN effect{'s' if row['drain']['unknown_effects'] != 1 else ''}"
+        )
+    if row["check_failed"]:
+        reasons.append("a fence's self-check failed")
+    return reasons
 
 
 def pools_page(now: datetime | None = None, *, namespace: str = "") -> dict[str, Any]:

@@ -17,7 +17,7 @@ from claims import clock, services
 from claims.errors import ClaimError
 from claims.models import Namespace
 from claims.services.principals import ui_role
-from claims.ui import acting, report, role_required
+from claims.ui import LIVE_REFRESH_SECONDS, acting, report, role_required
 
 from . import selectors
 from . import services as oncall
@@ -37,8 +37,14 @@ def home_of(ns: str) -> str:
 
 @role_required("viewer")
 def overview(request: HttpRequest) -> HttpResponse:
-    rows = [{**row, "home": home_of(row["ns"].name)} for row in selectors.overview()]
-    return render(request, "oncall/overview.html", _ctx(request, rows=rows))
+    """The incident board: a card per namespace, live (``?part=live`` is what htmx polls, as on a namespace page),
+    with Fence and Resume on each card for on-call."""
+    now = clock.now()
+    rows = [{**row, "home": home_of(row["ns"].name)} for row in selectors.overview(now)]
+    context = _ctx(request, rows=rows, taken_at=now, refresh_seconds=LIVE_REFRESH_SECONDS)
+    if request.GET.get("part") == "live":
+        return render(request, "oncall/_board.html", context)
+    return render(request, "oncall/overview.html", context)
 
 
 @role_required("viewer")
@@ -119,16 +125,17 @@ def _form_fence_id(request: HttpRequest) -> uuid.UUID | None:
 @require_POST
 @role_required("oncall")
 def resume(request: HttpRequest, ns: str) -> HttpResponse:
+    back = redirect("console:overview") if request.POST.get("back") == "board" else redirect(home_of(ns))
     reason = request.POST.get("reason", "").strip()
     if not reason:
         messages.error(request, "A resume needs a reason (it is audited).")
-        return redirect(home_of(ns))
+        return back
     try:
         services.namespace_resume(principal=acting(request), namespace=ns, reason=reason)
-        messages.success(request, "Claims resumed.")
+        messages.success(request, f"Claims resumed in {ns}.")
     except ClaimError as exc:
         report(request, exc)
-    return redirect(home_of(ns))
+    return back
 
 
 @role_required("viewer")

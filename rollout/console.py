@@ -36,6 +36,7 @@ def gate_checklist(
     if gate is None:
         return []
     f, rows = gate.figures, []
+    of_ns = f"ns={namespace.name}"  # the pools and effects pages, filtered to this namespace
 
     def row(label: str, value: str, need: str, ok: bool, link: tuple[str, str] | None = None, **extra: Any):
         rows.append({"label": label, "value": value, "need": need, "ok": ok, "link": link, **extra})
@@ -43,7 +44,7 @@ def gate_checklist(
     stage = gate.move.split(" → ")[0]
     if stage == Stage.LEGACY:
         row("claim.v1 workers with a fresh heartbeat", str(f["v1_workers"]), "at least 1", f["v1_workers"] >= 1,
-            ("console:pools", ""))  # fmt: skip
+            ("console:pools", of_ns))  # fmt: skip
     elif stage == Stage.SHADOW:
         row("compared operations in the window", _share(f["compared"], f["min_samples"]),
             f"at least {f['min_samples']}", f["compared"] >= f["min_samples"])  # fmt: skip
@@ -65,9 +66,9 @@ def gate_checklist(
             f["requests"] >= f["min_samples"])  # fmt: skip
     else:
         row("live leases in the legacy pool", str(f["active_leases"]), "none", not f["active_leases"],
-            ("console:pools", ""))  # fmt: skip
+            ("console:pools", of_ns))  # fmt: skip
         row("UNKNOWN effects", str(f["unknown_effects"]), "none", not f["unknown_effects"],
-            ("console:effects", ""))  # fmt: skip
+            ("console:effects", of_ns))  # fmt: skip
         row("staged results awaiting commit", str(f["awaiting_commit"]), "none", not f["awaiting_commit"])
         pending = f.get("legacy_writes_pending", 0)  # absent from evaluations recorded before it was counted
         row("writes not yet in the legacy table", str(pending), "none", not pending)

@@ -26,8 +26,14 @@ def rollout_facts(namespace: Namespace, now: datetime) -> dict[str, Any]:
     behind = []
     if snapshot is not None and selectors.snapshot_is_stale(snapshot, now):
         behind.append(f"the last drain check ran {snapshot_age:.0f} s ago")
+    stage = selectors.stage_of(namespace)
+    gate = selectors.last_gate(namespace, stage)
     return {
-        "stage": selectors.stage_of(namespace),
+        "stage": stage,
+        "next_stage": selectors.next_stage(stage),
+        # The gate out of the current stage as last recorded (only since the stage began), with its age.
+        "gate": gate,
+        "gate_age": age_seconds(gate.at, now) if gate else None,
         "rollback": rollback,
         "rollback_waits_on": selectors.drain_now(namespace) if rollback else None,
         "last_drain_check_age": snapshot_age,

@@ -17,7 +17,7 @@ from claims.models import (
     Namespace,
 )
 from claims.services.principals import ui_role
-from claims.ui import acting, report, role_required
+from claims.ui import LIVE_REFRESH_SECONDS, acting, report, role_required
 from oncall import selectors as oncall_selectors
 
 from . import console, selectors
@@ -46,10 +46,6 @@ def _linked(checklist: list[dict], ns: str) -> list[dict]:
             url = reverse(name, args=[ns] if name == "console:mismatches" else [])
             row["href"] = f"{url}?{query}" if query else url
     return checklist
-
-
-# How often a live region asks again (htmx ``every``): a pending fence shows its new epoch within this.
-LIVE_REFRESH_SECONDS = 3
 
 
 def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
@@ -86,12 +82,22 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         "checklist": _linked(console.gate_checklist(ns, gate, coverage), ns.name),
         "fences": oncall_selectors.fence_history(ns.name),
         "changes": StageChange.objects.filter(namespace=ns.name).order_by("-at")[:10],
-        "last_gates": [
-            GateEvaluation.objects.filter(namespace=ns.name, move=f"{a} → {b}").order_by("-at").first()
-            or {"move": f"{a} → {b}", "never": True}
-            for a, b in zip(order, order[1:], strict=False)
-        ],
+        "last_gates": _last_gates(ns, stage),
     }
+
+
+def _last_gates(ns: Namespace, stage: str) -> list[dict]:
+    """Every move's last recorded evaluation; only the one out of the current stage, recorded since the stage
+    began, is the gate now — the others are history (after a rollback the old forward gate read HOLDS)."""
+    order, started = selectors.ORDER, selectors.stage_started_at(ns)
+    rows = []
+    for a, b in zip(order, order[1:], strict=False):
+        move = f"{a} → {b}"
+        gate = GateEvaluation.objects.filter(namespace=ns.name, move=move).order_by("-at").first()
+        rows.append(
+            {"move": move, "g": gate, "current": gate is not None and a == stage and gate.at >= started}
+        )
+    return rows
 
 
 @role_required("viewer")

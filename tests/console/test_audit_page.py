@@ -49,3 +49,22 @@ def test_the_audit_page_pages_back_by_id(oncall, default_namespace, settings):
     seen = [e.id for e in first.context["entries"] + older.context["entries"]]
     assert seen == sorted(seen, reverse=True) and len(set(seen)) == len(seen)
     assert operator_ui.get("/audit/", {"before": str(10**20)}).status_code == 200  # no bigint: the first page
+
+
+def test_the_control_actions_are_not_buried_under_the_work_records(oncall, operator, default_namespace):
+    """Issue 24: ~3,000 task-creation rows buried ~60 control actions. The page shows the control actions unless
+    the work's own records are asked for."""
+    for _ in range(60):
+        operator.create()
+    assert oncall.post("/namespaces/default/fence", {"reason": "stale writers"}).status_code == 200
+
+    ui = login("operator")
+    control = ui.get("/audit/")
+    everything = ui.get("/audit/", {"work": "1"})
+    asked = ui.get("/audit/", {"action": "task_create"})
+
+    actions = [e.action for e in control.context["entries"]]
+    assert "task_create" not in actions and {"epoch_fence", "fence_self_check"} <= set(actions)
+    assert len(actions) == AuditEntry.objects.exclude(action="task_create").count()
+    assert [e.action for e in everything.context["entries"]].count("task_create") == 60
+    assert len(asked.context["entries"]) == 60

@@ -1,0 +1,67 @@
+"""The overview as the incident board (issue 24, point 3): per namespace, live, the stage, epoch, who paused it
+and why, the gate's verdict, the rollback's step and what it waits on (linked), pending self-checks and jobs
+behind — those in trouble first — with Fence and Resume on each card for on-call."""
+
+from __future__ import annotations
+
+from claims.models import AuditEntry, Namespace
+from oncall import views
+from rollout.tasks import gate_check
+from tests.console.test_pages import login
+from tests.support.actors import make_actor
+
+
+def _card(rows: list[dict], name: str) -> dict:
+    return next(row for row in rows if row["ns"].name == name)
+
+
+def test_the_board_puts_the_namespace_in_trouble_first_with_what_it_waits_on(
+    operator, oncall, settings, monkeypatch
+):
+    monkeypatch.setattr(views.fence_epoch, "delay", lambda *a, **k: None)  # the self-check's job never runs
+    settings.ROLLOUT_MIN_SAMPLES = 10**6
+    for name, stage in (("aaa-steady", "V1_ONLY"), ("mmm-shadow", "SHADOW"), ("zzz-rolling", "V1_READS")):
+        assert operator.post("/namespaces", {"name": name, "stage": stage}).status_code == 201
+    gate_check("mmm-shadow")
+    task_id = operator.create(namespace="zzz-rolling").json()["task_id"]
+    legacy = make_actor("zzz-legacy", "worker", "legacy")
+    legacy.client.post(
+        f"/api/legacy/tasks/{task_id}/claim", {"owner_id": legacy.name, "ttl_seconds": 300}, format="json"
+    )
+    assert (
+        oncall.post(
+            "/namespaces/zzz-rolling/rollout/rollback", {"to_stage": "SHADOW", "reason": "bad"}
+        ).status_code
+        == 202
+    )
+    ui = login("oncall")
+    ui.post("/ns/aaa-steady/fence", {"reason": "stale writers", "confirm": "aaa-steady"})
+
+    board = ui.get("/", {"part": "live"})
+
+    assert board.status_code == 200 and b"<html" not in board.content and b'id="board"' in board.content
+    rows = board.context["rows"]
+    assert [row["ns"].name for row in rows][:2] == ["aaa-steady", "zzz-rolling"]  # trouble first, by name
+    steady, rolling, shadow = (_card(rows, n) for n in ("aaa-steady", "zzz-rolling", "mmm-shadow"))
+    assert steady["trouble"] == ["claims paused"] and steady["fences_waiting"] == 1
+    assert (steady["paused_by"].principal, steady["paused_by"].reason) == ("ui:oncall-user", "stale writers")
+    assert steady["epoch"] == Namespace.objects.get(name="aaa-steady").scheduler_epoch == 2
+    assert rolling["rollback"].step == "DRAINING" and rolling["rollback_waits_on"]["active_leases"] == 1
+    assert "rollback under way" in rolling["trouble"]
+    assert shadow["gate"].move == "SHADOW → V1_READS" and not shadow["gate"].holds and not shadow["trouble"]
+    html = board.content.decode()
+    assert 'href="/pools/?ns=zzz-rolling"' in html and 'href="/effects/?ns=zzz-rolling"' in html
+    assert 'aria-label="Fence mmm-shadow…"' in html and 'id="resume-reason-aaa-steady"' in html
+    assert "1 self-check pending" in html and "SHUT" in html
+
+
+def test_on_call_resumes_from_the_board_and_a_viewer_sees_no_actions(oncall, default_namespace):
+    assert oncall.post("/namespaces/default/fence", {"reason": "drill"}).status_code == 200
+    viewer = login("viewer").get("/")
+    assert b"Fence default" not in viewer.content and b"resume-reason-default" not in viewer.content
+
+    resumed = login("oncall").post("/ns/default/resume", {"reason": "drill over", "back": "board"})
+
+    assert resumed.status_code == 302 and resumed["Location"] == "/"
+    assert Namespace.objects.get(name="default").claims_paused is False
+    assert AuditEntry.objects.filter(action="namespace_resume", reason="drill over").exists()
