@@ -213,6 +213,24 @@ LANE_MARKS: dict[str, str] = {
 }
 
 
+def _lease_expiries(events: list[TaskEvent], task: Task) -> dict[Any, datetime]:
+    """Each attempt's last lease expiry: from its claim and renewals (their events carry it), and the task row's
+    for its current attempt."""
+    out: dict[Any, datetime] = {}
+    for event in events:
+        expires = (event.detail or {}).get("lease_expires_at")
+        if (
+            event.attempt_id
+            and expires
+            and event.kind in (EventKind.CLAIMED, EventKind.RECLAIMED, EventKind.RENEWED)
+        ):
+            moment = datetime.fromisoformat(expires)
+            out[event.attempt_id] = max(out.get(event.attempt_id, moment), moment)
+    if task.attempt_id is not None and task.lease_expires_at is not None:
+        out[task.attempt_id] = task.lease_expires_at
+    return out
+
+
 def task_lanes(*, task: Task, now: datetime | None = None) -> dict[str, Any]:
     """A task's history as lanes, one per attempt (Temporal Web's way): when it held the task, how it ended, and its
     own events as marks on one time axis — from the task's creation to its last event (or now, while it runs).
@@ -233,6 +251,8 @@ def task_lanes(*, task: Task, now: datetime | None = None) -> dict[str, Any]:
     def at(moment: datetime) -> float:
         return round(100 * max(0.0, (moment - start).total_seconds()) / span, 2)
 
+    expiries = _lease_expiries(events, task)
+
     lanes = []
     for a in attempts:
         holding = (
@@ -252,7 +272,9 @@ def task_lanes(*, task: Task, now: datetime | None = None) -> dict[str, Any]:
             status = "lapsed"  # its lease ran out and nobody has taken the task since
         else:
             status = (a.end_reason or "").lower()
-        finished = a.ended_at or (task.lease_expires_at if a.attempt_id == task.attempt_id else None) or now
+        # Held until it ended or its lease ran out, whichever came first: an attempt reclaimed after its expiry
+        # did not hold the task in between (the lane drew it held 2.6 s past its expiry).
+        finished = min(a.ended_at or now, expiries.get(a.attempt_id) or now)
         marks = [
             {
                 "label": LANE_MARKS[e.kind]

@@ -22,6 +22,22 @@ _RANK = {"viewer": 0, "operator": 1, "oncall": 2}
 LIVE_REFRESH_SECONDS = 3
 
 
+TaskNote = Callable[[Any], "dict[str, Any] | None"]
+_task_notes: list[TaskNote] = []
+
+
+def task_note(function: TaskNote) -> TaskNote:
+    """Register what an app wrapping the core says on a task's page (the rollout: which store's record the API
+    answers in the task's stage, and that record): ``function(task)`` returns ``{"store", "why", "record"}`` or
+    None. The core's page shows claim.v1's record and labels it so."""
+    _task_notes.append(function)
+    return function
+
+
+def task_notes(task: Any) -> list[dict[str, Any]]:
+    return [note for function in _task_notes if (note := function(task)) is not None]
+
+
 def error_page(status: int, title: str, detail: str) -> HttpResponse:
     """The console's styled error page. It stands alone — no user, no session, no database — because a 500 may
     come from the database itself; if even the template fails, plain text."""

@@ -15,7 +15,7 @@ from . import clock, selectors, services
 from .errors import ClaimError
 from .models import Effect, EffectState, Task, TaskState
 from .services.principals import ui_role
-from .ui import acting, report, role_required
+from .ui import acting, report, role_required, task_notes
 
 
 def _ctx(request: HttpRequest, **extra) -> dict:
@@ -73,6 +73,7 @@ def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
             lease_left=(task.lease_expires_at - now).total_seconds() if task.lease_expires_at else None,
             events=task.events.order_by("id"),
             history=selectors.task_lanes(task=task, now=now),
+            notes=task_notes(task),
             taken_at=now,
             mismatches_url=_mismatches_url(task),
             attempts=task.attempts.order_by("claim_generation"),

@@ -9,7 +9,8 @@ from typing import Any
 
 from django.urls import reverse
 
-from claims.models import Namespace
+from claims.models import Namespace, Task
+from claims.ui import task_note
 from oncall import extensions
 from oncall.selectors import Lease, age_seconds, live_tasks
 
@@ -41,6 +42,27 @@ def rollout_facts(namespace: Namespace, now: datetime) -> dict[str, Any]:
         "mismatches": Mismatch.objects.filter(
             namespace=namespace.name, status__in=[MismatchStatus.OPEN, MismatchStatus.BUG]
         ).count(),
+    }
+
+
+@task_note
+def the_record_the_api_answers(task: Task) -> dict[str, Any] | None:
+    """In LEGACY and SHADOW the API's task read answers legacy's record (``selectors.legacy_view``), which decides
+    there; the console says so beside claim.v1's, and shows legacy's."""
+    stage = selectors.stage_of(task.namespace)
+    if stage not in selectors.LEGACY_READS:
+        return None
+    view = selectors.legacy_view(task)
+    return {
+        "store": "legacy",
+        "why": f"In {stage} legacy decides: GET /api/v1/tasks/{task.task_id} answers legacy's record "
+        "(read_from: legacy), not the claim.v1 record below.",
+        "record": {
+            "state": view.state,
+            "owner": view.owner_id,
+            "lease_expires_at": view.lease_expires_at,
+            "result_digest": view.result_digest,
+        },
     }
 
 

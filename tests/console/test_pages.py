@@ -229,3 +229,23 @@ def test_the_console_refuses_a_post_without_its_csrf_token(db, ready_task):
 
     assert response.status_code == 403
     assert Namespace.objects.get(name="default").scheduler_epoch == 1
+
+
+def test_the_effects_backlog_filters_by_namespace_and_keeps_the_filter_after_a_reconcile(
+    ui_operator, operator, worker_a
+):
+    assert operator.post("/namespaces", {"name": "other", "stage": "V1_ONLY"}).status_code == 201
+    keys = {}
+    for ns in ("default", "other"):
+        claim = worker_a.claim(operator.create(namespace=ns).json()["task_id"]).json()
+        keys[ns] = worker_a.prepare(claim, "notify", {"ns": ns}).json()["effect_id"]
+        worker_a.outcome(claim, keys[ns], "UNKNOWN")
+
+    page = ui_operator.get("/effects/", {"ns": "other"})
+    done = ui_operator.post(
+        f"/effects/{keys['other']}/reconcile", {"observed": "NOT_OCCURRED", "ns": "other"}
+    )
+
+    assert [e.effect_id for e in page.context["unknown"]] == [keys["other"]]
+    assert done.status_code == 302 and done["Location"] == "/effects/?ns=other"
+    assert Effect.objects.get(pk=keys["default"]).state == "UNKNOWN"

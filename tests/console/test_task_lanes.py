@@ -46,3 +46,58 @@ def test_an_unknown_effect_is_reconciled_from_the_tasks_page(worker_a, ready_tas
 
     assert answer.status_code == 302 and answer["Location"] == f"/tasks/{ready_task}"
     assert Effect.objects.get(pk=key).state == "COMMITTED"
+
+
+def test_a_lane_ends_where_its_lease_ran_out_not_where_the_task_was_reclaimed(
+    worker_a, worker_b, ready_task, db_clock
+):
+    """Issue 24: an attempt reclaimed 2.6 s after its lease ran out was drawn as holding until the reclaim."""
+    first = worker_a.claim(ready_task, ttl=2).json()
+    worker_a.renew(first, extend_seconds=3)  # the lease now runs out 3 s after the renewal
+    db_clock.travel(5.6)
+    worker_b.claim(ready_task)  # a reclaim, 2.6 s after the expiry
+
+    lanes = login("viewer").get(f"/tasks/{ready_task}").context["history"]["lanes"]
+
+    assert [(lane["attempt"].owner_id, lane["status"]) for lane in lanes] == [
+        ("worker-a", "reclaimed"),
+        ("worker-b", "holding"),
+    ]
+    assert 2.9 <= lanes[0]["held_seconds"] <= 3.5  # held until its renewed lease ran out, not 5.6 s
+    assert lanes[0]["left"] + lanes[0]["width"] < lanes[1]["left"]  # a gap: nobody held it in between
+
+
+def test_in_shadow_the_page_says_the_api_answers_legacys_record_and_shows_it(operator):
+    from tests.support.actors import make_actor
+
+    assert operator.post("/namespaces", {"name": "shadowed", "stage": "SHADOW"}).status_code == 201
+    task_id = operator.create(namespace="shadowed").json()["task_id"]
+    legacy = make_actor("lee-legacy", "worker", "legacy")
+    legacy.client.post(
+        f"/api/legacy/tasks/{task_id}/claim", {"owner_id": legacy.name, "ttl_seconds": 300}, format="json"
+    )
+    api = operator.get(f"/tasks/{task_id}").json()
+
+    page = login("viewer").get(f"/tasks/{task_id}")
+
+    (note,) = page.context["notes"]
+    assert api["read_from"] == "legacy" and note["store"] == "legacy"
+    assert (
+        (note["record"]["state"], note["record"]["owner"])
+        == (api["state"], api["owner_id"])
+        == (
+            "CLAIMED",
+            "lee-legacy",
+        )
+    )
+    assert (
+        b"The API answers legacy&#x27;s record." in page.content
+        or b"The API answers legacy's record." in page.content
+    )
+    assert b"not the one the API answers in this stage" in page.content
+
+
+def test_from_v1_reads_on_the_page_shows_the_record_the_api_answers_without_a_note(operator, ready_task):
+    page = login("viewer").get(f"/tasks/{ready_task}")
+
+    assert page.context["notes"] == [] and b"claim.v1's record" in page.content

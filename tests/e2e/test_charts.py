@@ -48,3 +48,28 @@ def test_the_console_draws_its_charts_with_axes_and_a_table_of_the_same_numbers(
     page.locator("details:has(#coverage-table) summary").click()
     table = page.locator("#coverage-table").inner_text()
     assert "claim" in table and "commit" in table
+
+
+def test_the_status_chart_draws_a_bug_red_and_an_explained_mismatch_green(page, live_server):
+    """Issue 24: the colours were the palette's by position — EXPLAINED red, BUG green."""
+    from claims import clock
+    from rollout.models import Mismatch
+
+    ensure_default_namespace()
+    ui_user("vic", "viewer")
+    for status in ("OPEN", "EXPLAINED", "BUG"):
+        Mismatch.objects.create(
+            namespace="default", task_id="t", operation="complete", api="legacy", legacy={}, v1={},
+            reason="STALE_COMMIT_ACCEPTED", status=status, note="reviewed" if status != "OPEN" else "",
+            reviewed_by="olivia" if status != "OPEN" else "", at=clock.now(),
+        )  # fmt: skip
+    log_in(page, live_server, "vic")
+    page.goto(f"{live_server.url}/ns/default/mismatches")
+    page.wait_for_function("Chart.getChart(document.getElementById('mm-status-canvas'))")
+
+    colours = page.evaluate(
+        "Object.fromEntries(Chart.getChart(document.getElementById('mm-status-canvas')).data.datasets"
+        ".map(d => [d.label, d.backgroundColor]))"
+    )
+
+    assert colours == {"OPEN": "#8a5a00", "EXPLAINED": "#1d6b38", "BUG": "#8a1c1c"}
