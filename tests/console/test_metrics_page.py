@@ -115,3 +115,31 @@ def test_the_page_answers_every_load_while_workers_claim_and_commit():
     assert claimed > 0 and all(total <= claimed for _, total in loads)
     counts = [total for _, total in loads]
     assert counts == sorted(counts)  # each load sees at least what the one before it saw
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_fold_committing_while_the_page_reads_is_counted_once(settings, db_clock):
+    """The page has read the watermark; a fold commits before it reads the minute tallies. In its one snapshot the
+    page sees the old watermark with the old tallies; read committed, it would add the newly folded minutes to the
+    stretch it reads from the events as well."""
+    from tests.support.actors import ensure_default_namespace
+    from tests.support.races import Pause, run_in_thread
+
+    ensure_default_namespace()
+    settings.METRICS_FOLD_LAG_SECONDS = 0
+    worker, operator = make_actor("w-fold", "worker"), make_actor("op-fold", "operator")
+    for _ in range(3):
+        worker.finish(worker.claim(operator.create().json()["task_id"]).json(), "done")
+    viewer = login("viewer")
+    db_clock.travel(1)
+    pause = Pause("metrics.watermark_read")
+    thread, box = run_in_thread(lambda: viewer.get("/glance/"))
+    pause.wait_reached()
+
+    metrics_fold()  # commits the three claims and commits into MinuteTally, and moves the watermark
+    pause.resume()
+    thread.join(30)
+
+    assert MinuteTally.objects.filter(series="claims").exists()
+    assert _totals(box["value"]) == {"claims": 3, "fenced": 0, "reclaims": 0, "commits": 3}

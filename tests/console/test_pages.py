@@ -14,7 +14,7 @@ from tests.support.rollout import stage_of
 
 def login(role: str) -> Client:
     user = get_user_model().objects.create_user(username=f"{role}-user", password="pw-123456")
-    user.groups.set([Group.objects.get(name=role)])
+    user.groups.set([Group.objects.get_or_create(name=role)[0]])
     client = Client()
     assert client.login(username=user.username, password="pw-123456")
     return client

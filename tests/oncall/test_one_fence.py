@@ -86,3 +86,34 @@ def test_the_pages_say_what_the_fence_has_refused_since(oncall, operator, worker
     assert refused["total"] == recorded.count() == 3
     assert (refused["commit"], refused["renew"], refused["claim"]) == (1, 1, 1)
     assert b'id="refused-since"' in page.content and b'id="resume-form"' in page.content
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_one_form_submitted_twice_at_once_fences_once():
+    """Two submits of one fence form (its id) reach the service together while the namespace row is held: the
+    second decides, under the lock the first took, that the fence is made — one epoch bump, one request."""
+    import uuid
+
+    from claims.models import Principal
+    from oncall import services
+    from tests.support.actors import ensure_default_namespace, make_actor
+    from tests.support.races import row_locked, run_in_thread, wait_for_lock_waiters
+
+    ensure_default_namespace()
+    oncall = Principal.objects.get(name=make_actor("ona-race", "oncall").name)
+    fence_id = uuid.uuid4()
+
+    def submit():
+        return services.fence(principal=oncall, namespace="default", reason="double", fence_id=fence_id)
+
+    with row_locked("SELECT 1 FROM claims_namespace WHERE name = %s FOR UPDATE", ["default"]):
+        first, one = run_in_thread(submit)
+        second, two = run_in_thread(submit)
+        wait_for_lock_waiters(2)
+    first.join(30), second.join(30)
+
+    assert one["value"].pk == two["value"].pk == fence_id
+    assert Namespace.objects.get(name="default").scheduler_epoch == 2
+    assert FenceRequest.objects.count() == 1
+    assert AuditEntry.objects.filter(action="epoch_fence").count() == 1
