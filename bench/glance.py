@@ -73,7 +73,9 @@ def measure(repeat: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--database", required=True)
     parser.add_argument("--hour-tasks", type=int, nargs="+", default=[4000, 8000])
     parser.add_argument("--repeat", type=int, default=7)

@@ -77,3 +77,33 @@ def test_during_a_rollback_the_forward_gate_and_advance_are_hidden(operator, onc
 
     assert b'id="rollback-open"' in region.content
     assert b'id="advance-link"' not in region.content and b'id="gate"' not in region.content
+
+
+def test_after_a_rollback_every_figure_is_in_the_live_region_and_the_old_gate_is_history(
+    operator, oncall, settings, db_clock
+):
+    """Issue 24: after a rollback the live top said "no traffic" while the table below, outside the refresh, still
+    showed the old window's 100 % and the old forward gate read HOLDS. Every figure is now in the region htmx
+    refreshes, and a gate recorded before the current stage began is history, not the gate now."""
+    settings.ROLLOUT_MIN_SAMPLES = 1
+    assert operator.post("/namespaces", {"name": "back", "stage": "V1_WRITES"}).status_code == 201
+    from rollout.services.stages import drain_snapshot
+
+    settings.DRAIN_INTERVAL_SECONDS = 1
+    for _ in range(2):
+        drain_snapshot(
+            namespace="back", pool="legacy"
+        )  # two clean snapshots apart: the gate out of V1_WRITES holds
+        db_clock.travel(1.1)
+    gate_check("back")
+    rolled = oncall.post("/namespaces/back/rollout/rollback", {"to_stage": "V1_READS", "reason": "drill"})
+    assert rolled.status_code == 200, rolled.content
+
+    region = login("viewer").get("/ns/back/", {"part": "live"})
+
+    rows = {row["move"]: row for row in region.context["last_gates"]}
+    assert rows["V1_WRITES → V1_ONLY"]["g"].holds and not rows["V1_WRITES → V1_ONLY"]["current"]
+    html = region.content.decode()
+    assert "history, not the gate now" in html and "HOLDS ✓" not in html.split("Every gate")[1]
+    for figure in ("Validation coverage", "Stage history", "V1_WRITES → V1_READS"):
+        assert figure in html  # in the refreshed region itself

@@ -80,3 +80,22 @@ def test_several_mismatches_are_reviewed_with_one_note(operator, worker_a, worke
         login("viewer").post("/ns/shade/mismatches/review", {"ids": ids[2:], "status": "BUG"}).status_code
         == 403
     )
+
+
+def test_the_report_answers_when_a_mismatch_is_recorded_after_its_clock(operator):
+    """Issue 24: a mismatch stamped after the report read its clock overflowed the chart's hours (a 500)."""
+    from datetime import timedelta
+
+    from claims import clock
+
+    assert operator.post("/namespaces", {"name": "shade", "stage": "SHADOW"}).status_code == 201
+    Mismatch.objects.create(
+        namespace="shade", task_id="t", operation="complete", api="legacy", legacy={}, v1={},
+        reason="STALE_COMMIT_ACCEPTED", at=clock.now() + timedelta(seconds=5),
+    )  # fmt: skip
+
+    page = login("viewer").get("/ns/shade/mismatches")
+
+    assert page.status_code == 200
+    counted = sum(sum(d["data"]) for d in page.context["over_time"]["by_reason"]["datasets"])
+    assert counted == 0  # the next load's
