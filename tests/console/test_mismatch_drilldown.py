@@ -16,9 +16,9 @@ def _legacy(actor, task_id, op, **body):
     )
 
 
-def _stale_commit(operator, worker_a, worker_b, db_clock) -> str:
+def _stale_commit(operator, worker_a, worker_b, db_clock, namespace: str = "shade") -> str:
     """A16: A pauses past its lease, B takes over and completes, A completes late — legacy keeps A's."""
-    task_id = operator.create(namespace="shade", node_id="settle").json()["task_id"]
+    task_id = operator.create(namespace=namespace, node_id="settle").json()["task_id"]
     _legacy(worker_a, task_id, "claim", ttl_seconds=5)
     db_clock.travel(6)
     _legacy(worker_b, task_id, "claim", ttl_seconds=30)

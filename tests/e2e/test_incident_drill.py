@@ -21,11 +21,11 @@ import pytest
 from django.db import connection
 from playwright.sync_api import expect
 
-from claims.digest import digest
 from claims.models import Effect, Namespace, TaskEvent
 from oncall.models import FenceRequest
 from rollout.models import Mismatch, Rollback
 from rollout.services.stages import drain_snapshot
+from tests.console.test_mismatch_drilldown import _legacy, _stale_commit
 from tests.e2e.conftest import SHOTS
 from tests.e2e.test_console import log_in, ui_user
 from tests.support.actors import ensure_default_namespace, make_actor
@@ -58,24 +58,6 @@ class Drill:
     def done(self) -> dict:
         self._end()
         return self.phases
-
-
-def _legacy(actor, task_id: str, op: str, **body):
-    return actor.client.post(
-        f"/api/legacy/tasks/{task_id}/{op}", {"owner_id": actor.name, **body}, format="json"
-    )
-
-
-def _stale_writes(operator, a, b, db_clock, n: int) -> None:
-    """A16 in SHADOW, n times: a pauses past its lease, b takes over and completes, a completes late — legacy
-    keeps a's (STALE_COMMIT_ACCEPTED)."""
-    for _ in range(n):
-        task_id = operator.create(namespace="orders", node_id="settle").json()["task_id"]
-        _legacy(a, task_id, "claim", ttl_seconds=5)
-        db_clock.travel(6)
-        _legacy(b, task_id, "claim", ttl_seconds=30)
-        _legacy(b, task_id, "complete", result={"by": "b"}, result_digest=digest({"by": "b"}))
-        _legacy(a, task_id, "complete", result={"by": "a"}, result_digest=digest({"by": "a"}))
 
 
 class Load:
@@ -123,7 +105,8 @@ def test_the_incident_drill(page, live_server, shot, settings, db_clock):
     ui_user("oscar", "oncall")
     ui_user("olivia", "operator")
     stale_a, fresh_b = make_actor("stale-a", "worker", "legacy"), make_actor("fresh-b", "worker", "legacy")
-    _stale_writes(operator, stale_a, fresh_b, db_clock, 3)
+    for _ in range(3):  # A16 three times: legacy keeps the stale writer's result (STALE_COMMIT_ACCEPTED)
+        _stale_commit(operator, stale_a, fresh_b, db_clock, namespace="orders")
     held = operator.create(namespace="orders").json()["task_id"]
     _legacy(stale_a, held, "claim", ttl_seconds=8)  # a legacy lease the drain waits on
     v1_stale = make_actor("stale-v1", "worker")
