@@ -16,19 +16,17 @@ from __future__ import annotations
 import hmac
 from collections import defaultdict
 from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
-from django.db import connection, transaction
 from django.http import HttpRequest, HttpResponse
 from django_prometheus.exports import ExportToDjangoView
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
-from . import clock, interleave, selectors, tallies
-from .models import MetricFold, MetricTally, MinuteTally
-from .tallies import HISTOGRAMS, Figures, MinuteKey
+from . import clock, selectors, tallies
+from .models import MetricTally
+from .tallies import HISTOGRAMS, Figures
 
 HELP = {
     "claims_claim": "Claim requests by outcome.",
@@ -40,50 +38,15 @@ HELP = {
 }
 
 
-@contextmanager
-def _snapshot() -> Iterator[tuple[datetime | None, datetime | None]]:
-    """One read-only snapshot (REPEATABLE READ on PostgreSQL) in which the tallies and the watermark agree: yields
-    the watermark (``through``) and when the last fold ran."""
-    fresh = not connection.in_atomic_block  # inside a caller's transaction, its snapshot is the one we get
-    with transaction.atomic():
-        if fresh and connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        fold = MetricFold.objects.filter(name="claims").values_list("through", "folded_at").first()
-        through, folded_at = fold if fold else (None, None)
-        interleave.reach("metrics.watermark_read")  # a fold committing here is what the snapshot is for
-        yield through, folded_at
-
-
 def read_figures() -> tuple[Figures, datetime | None]:
     """The tallies plus the unfolded stretch, from one snapshot; and when the last fold ran."""
-    with _snapshot() as (through, folded_at):
+    with selectors.metrics_snapshot() as (through, folded_at):
         out: Figures = defaultdict(float)
         for family, labels, value in MetricTally.objects.values_list("family", "labels", "value"):
             out[(family, labels)] += value
         for key, value in tallies.figures(since=through, until=None).items():
             out[key] += value
     return out, folded_at
-
-
-def read_minutes(*, now: datetime, minutes: int = 60) -> tuple[list[datetime], defaultdict[MinuteKey, float]]:
-    """The console's Metrics page figures per namespace and minute over the last ``minutes`` minutes up to ``now``
-    (the caller's clock: nothing stamped after it is counted) — the folded minutes plus the unfolded stretch, from
-    one snapshot. Its cost is the window's tally rows and the stretch since the fold, not the hour's events."""
-    last = tallies.minute_of(now)
-    window = [last - timedelta(minutes=minutes - 1 - i) for i in range(minutes)]
-    with _snapshot() as (through, _):
-        out: defaultdict[MinuteKey, float] = defaultdict(float)
-        rows = MinuteTally.objects.filter(minute__gte=window[0], minute__lte=last)
-        for namespace_id, minute, series, value in rows.values_list(
-            "namespace_id", "minute", "series", "value"
-        ):
-            out[(namespace_id, minute, series)] += value
-        since = window[0] if through is None else max(through, window[0])
-        if since < now:
-            for key, value in tallies.per_minute(since=since, until=now).items():
-                out[key] += value
-    return window, out
 
 
 def _labelled(out: Figures, family: str) -> list[tuple[list[str], float]]:

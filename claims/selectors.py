@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
-from . import clock
+from . import clock, interleave, tallies
 from .errors import NotFound
 from .models import (
     AuditEntry,
     Effect,
     EffectState,
     EventKind,
+    MetricFold,
+    MinuteTally,
     Namespace,
     ResourceKey,
     StagedResult,
@@ -21,6 +27,7 @@ from .models import (
     TaskEvent,
     TaskState,
 )
+from .tallies import MinuteKey
 
 
 def task_get(*, task_id: str) -> Task:
@@ -301,3 +308,41 @@ def task_lanes(*, task: Task, now: datetime | None = None) -> dict[str, Any]:
             }
         )
     return {"start": start, "end": end, "span_seconds": round(span, 3), "lanes": lanes}
+
+
+# --- the metric tallies: /metrics and the console's Metrics page ---------------------------------------------
+
+
+@contextmanager
+def metrics_snapshot() -> Iterator[tuple[datetime | None, datetime | None]]:
+    """One read-only snapshot (REPEATABLE READ on PostgreSQL) in which the tallies and the watermark agree: yields
+    the watermark (``through``) and when the last fold ran."""
+    fresh = not connection.in_atomic_block  # inside a caller's transaction, its snapshot is the one we get
+    with transaction.atomic():
+        if fresh and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        fold = MetricFold.objects.filter(name="claims").values_list("through", "folded_at").first()
+        through, folded_at = fold if fold else (None, None)
+        interleave.reach("metrics.watermark_read")  # a fold committing here is what the snapshot is for
+        yield through, folded_at
+
+
+def read_minutes(*, now: datetime, minutes: int = 60) -> tuple[list[datetime], defaultdict[MinuteKey, float]]:
+    """The console's Metrics page figures per namespace and minute over the last ``minutes`` minutes up to ``now``
+    (the caller's clock: nothing stamped after it is counted) — the folded minutes plus the unfolded stretch, from
+    one snapshot. Its cost is the window's tally rows and the stretch since the fold, not the hour's events."""
+    last = tallies.minute_of(now)
+    window = [last - timedelta(minutes=minutes - 1 - i) for i in range(minutes)]
+    with metrics_snapshot() as (through, _):
+        out: defaultdict[MinuteKey, float] = defaultdict(float)
+        rows = MinuteTally.objects.filter(minute__gte=window[0], minute__lte=last)
+        for namespace_id, minute, series, value in rows.values_list(
+            "namespace_id", "minute", "series", "value"
+        ):
+            out[(namespace_id, minute, series)] += value
+        since = window[0] if through is None else max(through, window[0])
+        if since < now:
+            for key, value in tallies.per_minute(since=since, until=now).items():
+                out[key] += value
+    return window, out

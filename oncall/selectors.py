@@ -12,7 +12,6 @@ from django.conf import settings
 from django.db.models import Count
 
 from claims import clock
-from claims.metrics import read_minutes
 from claims.models import (
     AcceptancePoint,
     Attempt,
@@ -28,6 +27,7 @@ from claims.models import (
     TaskEvent,
     TaskState,
 )
+from claims.selectors import read_minutes
 from claims.tallies import LATENCY_BUCKETS, MINUTE_COUNTS
 from claims.ui import chart
 
