@@ -9,15 +9,8 @@ from django.contrib.auth.models import Group
 from django.test import Client
 
 from claims.models import AuditEntry, Effect, Namespace
+from tests.support.console import login
 from tests.support.rollout import stage_of
-
-
-def login(role: str) -> Client:
-    user = get_user_model().objects.create_user(username=f"{role}-user", password="pw-123456")
-    user.groups.set([Group.objects.get_or_create(name=role)[0]])
-    client = Client()
-    assert client.login(username=user.username, password="pw-123456")
-    return client
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from claims.models import Attempt, AuditEntry, Namespace, TaskEvent
 from oncall import views
 from oncall.models import FenceRequest
-from tests.console.test_pages import login
+from tests.support.console import login
 
 
 def _fence_via(door: str, oncall) -> None:
@@ -65,7 +65,7 @@ def test_a_fence_counts_only_the_attempts_that_were_live(oncall, operator, worke
     marked = TaskEvent.objects.filter(kind="epoch_fenced").values_list("task_id", flat=True)
     assert sorted(marked) == sorted(live)  # one mark per live attempt, none for the lapsed lease
     assert Attempt.objects.filter(ended_at__isnull=True).count() == 0  # every earlier attempt ended
-    fences = login("viewer").get("/ns/default/", {"part": "live"}).context["fences"]
+    fences = login("viewer").get("/ns/default/incident").context["fences"]
     assert [(f["reason"], f["fenced_attempts"]) for f in fences] == [("second", 0), ("first", 3)]
 
 
@@ -79,7 +79,7 @@ def test_the_pages_say_what_the_fence_has_refused_since(oncall, operator, worker
     other = operator.create().json()["task_id"]
     worker_a.claim(other, epoch=2)  # refused: claims are paused
 
-    page = login("oncall").get("/ns/default/", {"part": "live"})
+    page = login("oncall").get("/ns/default/incident")
 
     refused = page.context["incident"]["refused_since_fence"]
     recorded = TaskEvent.objects.filter(kind="fenced", at__gte=page.context["incident"]["paused_by"].at)
