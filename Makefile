@@ -9,36 +9,36 @@ PORT ?= 8000
 
 .PHONY: run serve test lint format migrate bench model clean
 
+# What running needs, and nothing else (the package and its pinned dependencies: no test or lint tool).
+$(BIN)/.runtime: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
 # The server with its dev tools, and the worker SDK (its own distribution, clients/python) that the tests use.
 $(BIN)/.installed: pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]' -e 'clients/python[django]'
-	touch $@
+	touch $@ $(BIN)/.runtime
 
-migrate: $(BIN)/.installed
-	$(BIN)/python manage.py migrate --no-input -v 0
+migrate: $(BIN)/.runtime
+	$(BIN)/claimctl migrate --no-input -v 0
 
-# The server, plus a Celery worker with beat for the jobs (dispatch delivery, lease reaping, drain checks, …),
-# stopped together.
-run: migrate
-	@echo "claim control plane on http://$(HOST):$(PORT)/api/v1/docs/  (tokens: $(BIN)/python manage.py issue_token --role worker --name w1)"
-	@$(BIN)/celery -A controlplane worker --beat --pool solo --loglevel WARNING & \
-	  worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
-	  $(BIN)/python manage.py runserver $(HOST):$(PORT)
+# The embedded default: the server, a Celery worker and beat, supervised by `claimctl run` (controlplane/supervise.py):
+# one Ctrl-C or SIGTERM stops all three, each with one line.
+run: $(BIN)/.runtime
+	@HOST=$(HOST) PORT=$(PORT) exec $(BIN)/claimctl run
 
 # The production profile on one host: gunicorn with WEB_CONCURRENCY uvicorn workers (ASGI: a waiting claim holds
-# no thread; pooled connections), exactly one Celery beat, and CELERY_WORKERS Celery workers — stopped together.
-# Needs DATABASE_URL=postgres://… and CELERY_BROKER_URL=redis://… or amqp://… (docs/deployment.md); BIND (default
-# 127.0.0.1:8000). Several hosts: run the server and workers on each, and beat on one only.
+# no thread; pooled connections), CELERY_WORKERS Celery workers and exactly one beat, supervised by `claimctl up`.
+# Needs DATABASE_URL=postgres://… and CELERY_BROKER_URL=redis://… or amqp://… (it refuses to start without them;
+# docs/deployment.md); BIND (default HOST:PORT). Several hosts: `claimctl serve` and `claimctl worker` on each,
+# `claimctl beat` on one only.
 CELERY_WORKERS ?= 2
-serve: migrate
-	@trap 'kill 0' EXIT INT TERM; \
-	  $(BIN)/celery -A controlplane beat --loglevel INFO --schedule var/celerybeat-schedule & \
-	  for i in $$(seq 1 $(CELERY_WORKERS)); do \
-	    $(BIN)/celery -A controlplane worker --loglevel INFO --hostname worker$$i@%h & \
-	  done; \
-	  DATABASE_POOL=true $(BIN)/gunicorn -c deploy/gunicorn.conf.py controlplane.asgi:application
+serve: $(BIN)/.runtime
+	@DATABASE_POOL=true HOST=$(HOST) PORT=$(PORT) exec $(BIN)/claimctl up --workers $(CELERY_WORKERS)
 
 # Browser tests need Debian's chromium; scripts/install-browser.sh installs it when it can (root), otherwise those
 # tests are skipped with a message saying so.

@@ -17,6 +17,8 @@ from django.db import DatabaseError, connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_safe
 
+from . import __version__
+
 logger = logging.getLogger(__name__)
 
 _migrated = False  # once every migration is applied it stays so for this process's code
@@ -35,9 +37,8 @@ def readyz(request: HttpRequest) -> JsonResponse:
     ready = all(value in ("ok", "eager") for value in checks.values())
     if not ready:
         logger.warning("not ready: %s", checks)
-    return JsonResponse(
-        {"status": "ready" if ready else "not ready", "checks": checks}, status=200 if ready else 503
-    )
+    body = {"status": "ready" if ready else "not ready", "version": __version__, "checks": checks}
+    return JsonResponse(body, status=200 if ready else 503)
 
 
 def _database() -> str:

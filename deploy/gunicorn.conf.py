@@ -1,18 +1,5 @@
-"""gunicorn for the control plane: uvicorn workers serving the ASGI application, so a claim waiting for work
-(claim-v1.md §9 ``wait_seconds``) is a suspended coroutine, not a thread (claims/waiting.py). Sync views — every
-other request — run in a thread of Django's per-request executor with pooled database connections
-(``DATABASE_POOL=true``). ``make serve`` runs it:
+"""gunicorn's settings for the control plane live in the package (``controlplane/gunicorn_conf.py``, which
+``claimctl serve`` uses); this file keeps ``gunicorn -c deploy/gunicorn.conf.py controlplane.asgi:application``
+working from a checkout."""
 
-    DATABASE_URL=postgres://… DATABASE_POOL=true gunicorn -c deploy/gunicorn.conf.py controlplane.asgi:application
-"""
-
-import os
-
-bind = os.environ.get("BIND", "127.0.0.1:8000")
-workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-worker_class = "uvicorn_worker.UvicornWorker"
-# A waiting claim holds its connection up to 30 s (claim-v1.md §9): keep-alive and the timeout must outlast it.
-timeout = 60
-graceful_timeout = 35
-keepalive = 40
-accesslog = os.environ.get("ACCESS_LOG") or None
+from controlplane.gunicorn_conf import *  # noqa: F403

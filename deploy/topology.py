@@ -47,15 +47,20 @@ def _wait_port(port: int, timeout: float) -> bool:
 class Process:
     """One command in its own session (so a kill reaches its children), output appended to ``log_path``."""
 
-    def __init__(self, name: str, args: list[str], env: dict[str, str], run_dir: Path):
-        self.name, self.args, self.env = name, args, env
+    def __init__(self, name: str, args: list[str], env: dict[str, str], run_dir: Path, *, cwd: Path = ROOT):
+        self.name, self.args, self.env, self.cwd = name, args, env, cwd
         self.log_path = run_dir / f"{name}.log"
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Process:
         log = open(self.log_path, "a")  # noqa: SIM115 - the process keeps it
         self.proc = subprocess.Popen(
-            self.args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            self.args,
+            cwd=self.cwd,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         return self
 

@@ -8,8 +8,12 @@ from django.core.exceptions import ImproperlyConfigured
 
 from .env import env_bool, env_int, env_list, env_str
 
-BASE_DIR = Path(__file__).resolve().parent.parent.parent
-VAR_DIR = Path(env_str("CONTROLPLANE_VAR_DIR", str(BASE_DIR / "var")))
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # controlplane/, in a checkout or in site-packages
+BASE_DIR = PACKAGE_DIR.parent
+# The embedded default's files (SQLite, its broker, the generated secret key, beat's schedule): var/ in a checkout
+# (beside manage.py), else var/ in the directory the command runs in — never inside site-packages.
+_DEFAULT_VAR = BASE_DIR / "var" if (BASE_DIR / "manage.py").exists() else Path.cwd() / "var"
+VAR_DIR = Path(env_str("CONTROLPLANE_VAR_DIR", str(_DEFAULT_VAR)))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("DEBUG", False)
@@ -128,7 +132,7 @@ LOGOUT_REDIRECT_URL = "/login"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [PACKAGE_DIR / "templates"],  # the console's templates, shipped in the controlplane package
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

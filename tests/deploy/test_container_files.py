@@ -21,10 +21,10 @@ def test_compose_runs_one_beat_workers_a_server_and_a_migration_first():
     services = _compose()["services"]
     commands = {name: " ".join(svc.get("command", [])) for name, svc in services.items()}
 
-    beats = [name for name, command in commands.items() if "celery" in command and " beat" in command]
+    beats = [name for name, command in commands.items() if command.startswith("claimctl beat")]
     assert beats == ["beat"] and "replicas" not in services["beat"].get("deploy", {})
     assert "worker" in commands["worker"] and services["worker"]["deploy"]["replicas"] >= 1
-    assert commands["migrate"] == "python manage.py migrate --no-input"
+    assert commands["migrate"] == "claimctl migrate --no-input"
     for name in ("web", "worker", "beat"):
         assert services[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     assert "/readyz" in " ".join(services["web"]["healthcheck"]["test"])
@@ -46,6 +46,12 @@ def test_the_dockerfile_copies_what_exists_and_serves_as_the_topology_does():
     for sources in copied:
         for source in sources:
             assert (ROOT / source).exists(), source
-    assert 'CMD ["gunicorn", "-c", "deploy/gunicorn.conf.py", "controlplane.asgi:application"]' in text
+    assert 'CMD ["claimctl", "serve"]' in text  # what the clean-install test runs from the wheel
     assert "deploy/gunicorn.conf.py" in topology and "controlplane.asgi:application" in topology
+    packages = set(
+        re.findall(r'"(\w+)\*"', (ROOT / "pyproject.toml").read_text().split("packages.find")[1][:200])
+    )
+    assert {
+        source.rstrip("/") for sources in copied for source in sources
+    } >= packages  # every package copied
     assert "pip install --no-cache-dir ." in text  # the same install the clean-venv test proves

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
+import controlplane
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -28,6 +30,7 @@ def test_readyz_is_ready_when_the_database_is_migrated_and_jobs_run_inline():
     assert answer.status_code == 200, answer.json()
     assert answer.json() == {
         "status": "ready",
+        "version": controlplane.__version__,  # the one number: the distribution's, `claimctl --version`'s
         "checks": {"database": "ok", "migrations": "ok", "broker": "eager"},
     }
 

@@ -18,20 +18,20 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _session() -> str:
+def session() -> str:
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## A worked session") :]
     return re.search(r"```sh\n(.*?)```", section, flags=re.DOTALL).group(1)
 
 
 def test_the_readme_session_runs_as_written(app_servers):
-    if not (ROOT / ".venv/bin/python").exists():
-        pytest.skip("the session calls .venv/bin/python (make creates it)")
+    if not (ROOT / ".venv/bin/claimctl").exists():
+        pytest.skip("the session calls .venv/bin/claimctl (make creates it)")
     ensure_default_namespace()
     server = app_servers()
 
     done = subprocess.run(
-        ["bash", "-eu", "-c", _session()],
+        ["bash", "-eu", "-c", session()],
         cwd=ROOT,
         env=server_env(S=f"{server.url}/api/v1", DJANGO_SETTINGS_MODULE="controlplane.settings"),
         capture_output=True,

@@ -1,0 +1,406 @@
+"""The claim.v1 REST API: one thin view per operation — parse, call one service, shape the answer.
+
+Answers are decided in the contract's order: 401 (authentication) → 403 (role: permission classes) → 400 (the
+input serializer) → 404 → 403 (not your attempt) → 409 (the service, in each endpoint's order).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.exceptions import NotAuthenticated, PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.serializers import Serializer
+from rest_framework.views import APIView
+
+from . import selectors, services
+from . import serializers as s
+from .models import Namespace, Principal, Task
+from .pagination import Pagination
+from .permissions import AnyRole, IsOperator, IsTaskCreator, IsWorker
+from .waiting import ClaimWait, may_wait
+
+if TYPE_CHECKING:
+
+    class AuthedRequest(Request):
+        """A request past ``claims.auth``: its user is the token's Principal (for the type checker only)."""
+
+        # DRF types request.user as Django's user; past claims.auth it is our Principal (a typing view only).
+        @property  # type: ignore[misc]
+        def user(self) -> Principal:  # type: ignore[override]
+            ...
+
+else:
+    AuthedRequest = Request
+
+
+def error_responses(*codes: int) -> dict[int, Any]:
+    table = {
+        400: OpenApiResponse(s.InvalidOut, description="Malformed input; nothing changed."),
+        401: OpenApiResponse(s.ErrorOut, description="No or unknown bearer token."),
+        403: OpenApiResponse(s.ErrorOut, description="Role not allowed, or not your attempt / owner_id."),
+        404: OpenApiResponse(s.ErrorOut, description="Unknown task or namespace."),
+        409: OpenApiResponse(
+            s.ConflictOut, description="Protocol rejection: `{outcome, reason, detail, current}`."
+        ),
+    }
+    return {code: table[code] for code in codes}
+
+
+def task_body(task: Task) -> dict[str, Any]:
+    return s.TaskOut(task).data
+
+
+def namespace_fields(namespace: Namespace) -> dict[str, Any]:
+    """The namespace as the core alone serves it: claim.v1 only (``serializers.CORE_STAGE``)."""
+    return {
+        "name": namespace.name,
+        "scheduler_epoch": namespace.scheduler_epoch,
+        "claims_paused": namespace.claims_paused,
+        "stage": s.CORE_STAGE,
+        "min_protocol": s.CORE_PROTOCOL,
+    }
+
+
+def claim_body(grant: services.ClaimGrant) -> dict[str, Any]:
+    return rendered(s.ClaimOut, grant.fields())
+
+
+def renew_body(task: Task) -> dict[str, Any]:
+    return rendered(s.RenewOut, {"outcome": "RENEWED", "lease_expires_at": task.lease_expires_at})
+
+
+def release_body() -> dict[str, Any]:
+    return rendered(s.OutcomeOut, {"outcome": "RELEASED"})
+
+
+def commit_body(committed: services.Committed) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "outcome": "COMMITTED",
+        "result_commit_id": committed.result_commit_id,
+        "unblocked": committed.unblocked,
+    }
+    if committed.staged_result_id is not None:
+        fields["staged_result_id"] = committed.staged_result_id
+    return rendered(s.CommitOut, fields)
+
+
+def paginated(view: APIView, request: Request, queryset: Any, render: Any) -> Response:
+    paginator = Pagination()
+    page = paginator.paginate_queryset(queryset, request, view=view)
+    return paginator.get_paginated_response([render(item) for item in page or []])
+
+
+_built = threading.local()
+
+
+def built(serializer_class: type[Serializer]) -> Serializer:
+    """This thread's one instance of ``serializer_class``, its fields built once. DRF deep-copies a serializer's
+    declared fields each time one is made (a third of a worker request's own time in bench/profile_http.py), while
+    ``run_validation`` and ``to_representation`` keep nothing on the instance — so the worker path validates and
+    renders with one instance per class per thread, with no context."""
+    cache = getattr(_built, "instances", None)
+    if cache is None:
+        cache = _built.instances = {}
+    instance = cache.get(serializer_class)
+    if instance is None:
+        instance = cache[serializer_class] = serializer_class()
+    return instance
+
+
+def parsed(serializer_class: type[Serializer], request: Request) -> dict[str, Any]:
+    """The request's body validated by ``serializer_class`` (its ValidationError is the 400 with field errors)."""
+    return dict(built(serializer_class).run_validation(request.data))
+
+
+def rendered(serializer_class: type[Serializer], value: Any) -> dict[str, Any]:
+    return built(serializer_class).to_representation(value)
+
+
+# --- tasks --------------------------------------------------------------------------------------------
+
+
+class TaskListCreateApi(APIView):
+    def get_permissions(self):
+        return [IsTaskCreator()] if self.request.method == "POST" else [AnyRole()]
+
+    @extend_schema(
+        operation_id="task_create",
+        request=s.TaskCreateIn,
+        responses={
+            201: s.TaskOut,
+            200: OpenApiResponse(s.TaskOut, description="Idempotent repeat."),
+            **error_responses(400, 401, 403, 409),
+        },
+        description="Create a task: READY, or BLOCKED while any `depends_on` task is not COMMITTED. Re-creating "
+        "an existing task_id with the same definition returns it (200); anything else is 409 TASK_EXISTS. "
+        "An unknown namespace, depends_on task or resource in the body is a 400.",
+    )
+    def post(self, request: AuthedRequest) -> Response:
+        data = parsed(s.TaskCreateIn, request)
+        created = services.task_create(principal=request.user, **data)
+        task = selectors.task_get(task_id=created.task.task_id)
+        return Response(task_body(task), status=201 if created.created else 200)
+
+    @extend_schema(
+        operation_id="task_list",
+        parameters=[s.TaskListQuery],
+        responses={200: s.TaskPage, **error_responses(400, 401)},
+        description="Tasks, oldest first. The frontier is `state=READY`.",
+    )
+    def get(self, request: AuthedRequest) -> Response:
+        query = s.TaskListQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return paginated(self, request, selectors.task_list(**query.validated_data), task_body)
+
+
+class TaskDetailApi(APIView):
+    permission_classes = [AnyRole]
+
+    @extend_schema(operation_id="task_get", responses={200: s.TaskOut, **error_responses(401, 404)})
+    def get(self, request: AuthedRequest, task_id: str) -> Response:
+        return Response(task_body(selectors.task_get(task_id=task_id)))
+
+
+class TaskEventsApi(APIView):
+    permission_classes = [AnyRole]
+
+    @extend_schema(
+        operation_id="task_events",
+        responses={200: s.EventPage, **error_responses(401, 404)},
+        description="The task's timeline, oldest first. Never secrets or payloads.",
+    )
+    def get(self, request: AuthedRequest, task_id: str) -> Response:
+        return paginated(self, request, selectors.task_events(task_id=task_id), lambda e: s.EventOut(e).data)
+
+
+class TaskInputApi(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        operation_id="task_revise_input",
+        request=s.TaskInputIn,
+        responses={200: s.TaskOut, **error_responses(400, 401, 403, 404, 409)},
+        description="Revise the input: new input_digest, state_version+1. A claim in flight stays, but its commit "
+        "with the old digest gets STALE_INPUT. COMMITTED or CANCELLED: 409 NOT_REVISABLE. The same input again "
+        "changes nothing.",
+    )
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
+        data = parsed(s.TaskInputIn, request)
+        services.task_revise_input(principal=request.user, task_id=task_id, **data)
+        return Response(task_body(selectors.task_get(task_id=task_id)))
+
+
+class TaskCancelApi(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        operation_id="task_cancel",
+        request=s.ReasonIn,
+        responses={200: s.TaskOut, **error_responses(400, 401, 403, 404, 409)},
+        description="cancel_generation+1, state CANCELLED, the current attempt ends. COMMITTED: 409 "
+        "NOT_CANCELLABLE. Cancelling a CANCELLED task changes nothing.",
+    )
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
+        data = parsed(s.ReasonIn, request)
+        services.task_cancel(principal=request.user, task_id=task_id, **data)
+        return Response(task_body(selectors.task_get(task_id=task_id)))
+
+
+class TaskRequeueApi(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        operation_id="task_requeue",
+        request=None,
+        responses={200: s.TaskOut, **error_responses(401, 403, 404, 409)},
+        description="A CANCELLED task back to READY (BLOCKED while predecessors are uncommitted); "
+        "cancel_generation stays. Any other state: 409 INVALID_TRANSITION.",
+    )
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
+        services.task_requeue(principal=request.user, task_id=task_id)
+        return Response(task_body(selectors.task_get(task_id=task_id)))
+
+
+# --- claims -------------------------------------------------------------------------------------------
+
+
+class TaskClaimApi(APIView):
+    permission_classes = [IsWorker]
+
+    @extend_schema(
+        operation_id="task_claim",
+        request=s.ClaimIn,
+        responses={200: s.ClaimOut, **error_responses(400, 401, 403, 404, 409)},
+        description="Claim from READY, from CLAIMED with an expired lease, or from CLAIMED under an older epoch. "
+        "409 in order: FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH, NOT_CLAIMABLE (STATE | LEASE_LIVE | "
+        "RESOURCE_HELD). Of N concurrent claims exactly one gets 200.",
+    )
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
+        data = parsed(s.ClaimIn, request)
+        grant = services.task_claim(principal=request.user, task_id=task_id, **data)
+        return Response(claim_body(grant))
+
+
+class ClaimNextApi(APIView):
+    permission_classes = [IsWorker]
+
+    def claim(self, principal: Principal, data: dict[str, Any]) -> dict[str, Any] | None:
+        grant = services.task_claim_next(principal=principal, **data)
+        return None if grant is None else claim_body(grant)
+
+    def release(self, principal: Principal, owner_id: str, grant: dict[str, Any]) -> None:
+        release_grant(principal, owner_id, grant)
+
+    @extend_schema(
+        operation_id="claim_next",
+        request=s.ClaimNextIn,
+        responses={
+            200: s.ClaimOut,
+            204: OpenApiResponse(
+                description="Nothing is claimable (after `wait_seconds`, if given; no body)."
+            ),
+            **error_responses(400, 401, 403, 409),
+        },
+        description="Claim the oldest claimable task of the namespace (default `default`), optionally only of "
+        "`node_ids`. Concurrent callers never receive the same task. 409 FENCED (EPOCH) or CLAIMS_PAUSED. With "
+        "`wait_seconds`, waits for a task to become claimable (claim-v1.md §9).",
+    )
+    def post(self, request: AuthedRequest) -> Response:
+        return claim_or_wait(self, request, s.ClaimNextIn)
+
+
+def claim_or_wait(view: Any, request: AuthedRequest, serializer: type[Serializer]) -> Response:
+    """A claim view's answer: the claim's body, or 204 — one that may wait when ``wait_seconds`` says so
+    (``claims.waiting``: the async view around this one retries ``view.claim`` when woken, as the request's token
+    authenticates again, and gives back with ``view.release`` what it granted to a client that has gone)."""
+    data, wait = without_wait(parsed(serializer, request))
+    body = view.claim(request.user, data)
+    if body is not None:
+        return Response(body)
+
+    def retry() -> dict[str, Any] | None:
+        return view.claim(reauthenticated(request, view), data)
+
+    def release(answer: dict[str, Any]) -> None:
+        for grant in answer.get("claims", [answer]):
+            view.release(request.user, data["owner_id"], grant)
+
+    nodes = data.get("node_ids")
+    return may_wait(
+        Response(status=204),
+        ClaimWait(
+            namespace=data.get("namespace", "default"),
+            seconds=wait,
+            retry=retry,
+            release=release,
+            nodes=frozenset(nodes) if nodes else None,
+        ),
+    )
+
+
+def reauthenticated(request: Request, view: APIView) -> Principal:
+    """The request's principal as its token authenticates now, with the view's permissions checked again: a
+    waiting claim's every retry is a fresh request as far as authority goes. Raises 401/403 as DRF would."""
+    principal: Principal | None = None
+    for authenticator in request.authenticators or ():
+        found = authenticator.authenticate(request)
+        if found is not None and isinstance(found[0], Principal):
+            principal = found[0]
+            break
+    if principal is None:
+        raise NotAuthenticated("a token is required")
+    request.user = principal  # type: ignore[assignment]  # the permissions below read it
+    for permission in view.get_permissions():
+        if not permission.has_permission(request, view):
+            raise PermissionDenied(getattr(permission, "message", None))
+    return principal
+
+
+def release_grant(principal: Principal, owner_id: str, grant: dict[str, Any]) -> None:
+    """Give back one claim answered to a client that has gone (``claims.waiting``)."""
+    services.task_release(
+        principal=principal,
+        task_id=grant["task_id"],
+        attempt_id=uuid.UUID(str(grant["attempt_id"])),
+        claim_generation=grant["claim_generation"],
+        owner_id=owner_id,
+        scheduler_epoch=grant["scheduler_epoch"],
+    )
+
+
+class TaskRenewApi(APIView):
+    permission_classes = [IsWorker]
+
+    @extend_schema(
+        operation_id="task_renew",
+        request=s.RenewIn,
+        responses={200: s.RenewOut, **error_responses(400, 401, 403, 404, 409)},
+        description="New expiry = server-now + extend_seconds (bounded by LEASE_MIN_SECONDS..LEASE_MAX_SECONDS). "
+        "409 in order: CANCELLED, FENCED (EPOCH | GENERATION | ATTEMPT | OWNER), EXPIRED.",
+    )
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
+        data = parsed(s.RenewIn, request)
+        task = services.task_renew(principal=request.user, task_id=task_id, **data)
+        return Response(renew_body(task))
+
+
+class TaskReleaseApi(APIView):
+    permission_classes = [IsWorker]
+
+    @extend_schema(
+        operation_id="task_release",
+        request=s.ReleaseIn,
+        responses={200: s.OutcomeOut, **error_responses(400, 401, 403, 404, 409)},
+        description="Task back to READY; the attempt ends. 409 FENCED when the attempt is not current.",
+    )
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
+        data = parsed(s.ReleaseIn, request)
+        services.task_release(principal=request.user, task_id=task_id, **data)
+        return Response(release_body())
+
+
+class TaskResultsApi(APIView):
+    permission_classes = [IsWorker]
+
+    @extend_schema(
+        operation_id="result_stage",
+        request=s.StageIn,
+        responses={201: s.StageOut, **error_responses(400, 401, 403, 404, 409)},
+        description="Stage a result, isolated. Any attempt of the task may stage, whatever the task's state. "
+        "`result_digest` must be the digest of `result` (400). The same digest again returns the same record.",
+    )
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
+        data = parsed(s.StageIn, request)
+        staged = services.result_stage(principal=request.user, task_id=task_id, **data)
+        return Response(
+            s.StageOut({"outcome": "STAGED", "staged_result_id": staged.staged.pk}).data, status=201
+        )
+
+
+class TaskCommitApi(APIView):
+    permission_classes = [IsWorker]
+
+    @extend_schema(
+        operation_id="task_commit",
+        request=s.CommitIn,
+        responses={200: s.CommitOut, **error_responses(400, 401, 403, 404, 409)},
+        description="A repeat of a successful commit returns the stored body first. Otherwise, in order: "
+        "CANCELLED; FENCED (EPOCH | GENERATION | ATTEMPT | LEASE_EXPIRED); STALE_INPUT; STALE_INPUT (RESOURCE); "
+        "NOT_STAGED. `resources` must name exactly the task's resources (400).",
+    )
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
+        data = parsed(s.CommitIn, request)
+        committed = services.task_commit(principal=request.user, task_id=task_id, **data)
+        return Response(commit_body(committed))
+
+
+def without_wait(data: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The claim's input for the service, and how long the request may wait (the view's business, not the
+    service's)."""
+    data = dict(data)
+    return data, data.pop("wait_seconds", 0)

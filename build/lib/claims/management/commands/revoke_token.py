@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from claims.models import Token
+from claims.services import token_revoke
+
+
+class Command(BaseCommand):
+    help = (
+        "Revoke a bearer token, named by the prefix operators see (its first 10 characters) or by the token itself. "
+        "Every process stops accepting it within TOKEN_CACHE_SECONDS."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("token", help="the token, or its 10-character prefix (cp_…)")
+
+    def handle(self, *args, token: str, **options):
+        matches = list(
+            Token.objects.filter(prefix=token[:10], revoked_at__isnull=True).select_related("principal")
+        )
+        if len(token) > 10:
+            from claims.services import hash_token
+
+            matches = [t for t in matches if t.key_hash == hash_token(token)]
+        if not matches:
+            raise CommandError("no live token with that prefix")
+        if len(matches) > 1:
+            raise CommandError(f"{len(matches)} live tokens share that prefix: give the whole token")
+        token_revoke(token_id=matches[0].pk)
+        self.stdout.write(
+            f"revoked {matches[0].prefix}… of {matches[0].principal.name}; every process refuses it within "
+            f"{settings.TOKEN_CACHE_SECONDS} s"
+        )

@@ -1,0 +1,131 @@
+"""The claim.v1 metrics of claim-v1.md §8. (Validation coverage — ``claims_validation_total`` and
+``claims_validation_coverage_ratio`` — is the rollout's: it registers its own collector on the same registry,
+``rollout/metrics.py``, and reads its totals through ``read_figures`` too.)
+
+A scrape costs the same whatever the size of the history: the counters and histograms are the tallies the
+``fold_metrics`` beat job keeps (``services.metrics_fold``) plus the figures of the records stamped since its
+watermark (``tallies.figures``: the one definition both use) — a few seconds of traffic, read in one REPEATABLE READ
+snapshot so a fold that commits meanwhile is counted exactly once. The figures come from the database's records,
+not from process memory, so they are the same whichever web process answers, and counters never go backwards —
+retention deletes only records the fold has already counted. ``claims_metrics_fold_age_seconds`` shows a fold that
+stopped (the scrape then still answers correctly, only slower as the unfolded stretch grows).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections import defaultdict
+from collections.abc import Iterator
+from datetime import datetime
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django_prometheus.exports import ExportToDjangoView
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import REGISTRY, Collector
+
+from . import clock, selectors, tallies
+from .models import MetricTally
+from .tallies import HISTOGRAMS, Figures
+
+HELP = {
+    "claims_claim": "Claim requests by outcome.",
+    "claims_renew": "Renew requests by outcome.",
+    "claims_commit": "Commit requests by outcome.",
+    "claims_attempts_per_task": "Attempts a task had when it was committed (observed at its canonical commit).",
+    "claims_reclaim_latency_seconds": "Lease expiry → the reclaiming claim.",
+    "claims_ready_to_commit_seconds": "Task created (ready) → canonical commit.",
+}
+
+
+def read_figures() -> tuple[Figures, datetime | None]:
+    """The tallies plus the unfolded stretch, from one snapshot; and when the last fold ran."""
+    with selectors.metrics_snapshot() as (through, folded_at):
+        out: Figures = defaultdict(float)
+        for family, labels, value in MetricTally.objects.values_list("family", "labels", "value"):
+            out[(family, labels)] += value
+        for key, value in tallies.figures(since=through, until=None).items():
+            out[key] += value
+    return out, folded_at
+
+
+def _labelled(out: Figures, family: str) -> list[tuple[list[str], float]]:
+    rows: list[tuple[list[str], float]] = []
+    for (name, labels), value in sorted(out.items()):
+        if name == family:
+            rows.append(([pair.partition("=")[2] for pair in labels.split(",")] if labels else [], value))
+    return rows
+
+
+def _histogram(out: Figures, family: str) -> HistogramMetricFamily:
+    buckets, running = [], 0.0
+    for bound in HISTOGRAMS[family]:
+        running += out[(family, f"le={float(bound)}")]
+        buckets.append((str(float(bound)), running))
+    buckets.append(("+Inf", running + out[(family, "le=+Inf")]))
+    histogram = HistogramMetricFamily(family, HELP[family])
+    histogram.add_metric([], buckets, out[(family, "sum")])
+    return histogram
+
+
+class ClaimsCollector(Collector):
+    def describe(self) -> list:
+        # Without this the registry would call collect() — i.e. query the database — when it is registered.
+        return []
+
+    def collect(self) -> Iterator:
+        out, folded_at = read_figures()
+        for family in ("claims_claim", "claims_renew", "claims_commit"):
+            counter = CounterMetricFamily(family, HELP[family], labels=["outcome"])
+            for values, n in _labelled(out, family):
+                counter.add_metric(values, n)
+            yield counter
+        yield CounterMetricFamily(
+            "claims_contention", "Claims lost to another claimer.", value=out[("claims_contention", "")]
+        )
+        fenced = CounterMetricFamily(
+            "claims_fenced", "Rejections by acceptance point and reason.", labels=["point", "reason"]
+        )
+        for values, n in _labelled(out, "claims_fenced"):
+            fenced.add_metric(values, n)
+        yield fenced
+        yield GaugeMetricFamily(
+            "claims_unknown_effects",
+            "Effects whose outcome is UNKNOWN.",
+            value=selectors.unknown_effects_count(),
+        )
+        yield CounterMetricFamily(
+            "claims_discarded_compute_seconds",
+            "Time attempts held tasks they did not commit (reclaimed, fenced, released, cancelled).",
+            value=out[("claims_discarded_compute_seconds", "")],
+        )
+        for family in HISTOGRAMS:
+            yield _histogram(out, family)
+        age = GaugeMetricFamily(
+            "claims_metrics_fold_age_seconds",
+            "Seconds since fold_metrics last folded the history into the tallies (NaN: never).",
+        )
+        age.add_metric([], (clock.now() - folded_at).total_seconds() if folded_at else float("nan"))
+        yield age
+
+
+_registered = False
+
+
+def register() -> None:
+    global _registered
+    if not _registered:
+        REGISTRY.register(ClaimsCollector())
+        _registered = True
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """GET /metrics: no token needed unless METRICS_TOKEN is set, in which case it wants that bearer token."""
+    token = settings.METRICS_TOKEN
+    if token:
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            response = HttpResponse("metrics need a bearer token\n", status=401, content_type="text/plain")
+            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+            return response
+    return ExportToDjangoView(request)

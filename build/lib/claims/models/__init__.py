@@ -1,0 +1,54 @@
+"""The claim.v1 records: the core (namespaces, tasks, attempts, results, the timeline, principals), protected
+resources, and the effect ledger. Only ``claims/services`` writes them."""
+
+from __future__ import annotations
+
+from .core import (
+    AcceptancePoint,
+    Attempt,
+    AttemptEnd,
+    AuditEntry,
+    EventKind,
+    Namespace,
+    Principal,
+    ReplayPolicy,
+    Role,
+    StagedResult,
+    Task,
+    TaskDependency,
+    TaskEvent,
+    TaskState,
+    Token,
+)
+from .effects import DispatchIntent, DispatchState, Effect, EffectEvent, EffectState
+from .metrics import MetricFold, MetricTally, MinuteTally
+from .resources import Resource, ResourceKey, TaskResource
+
+__all__ = [
+    "AcceptancePoint",
+    "Attempt",
+    "AttemptEnd",
+    "AuditEntry",
+    "DispatchIntent",
+    "DispatchState",
+    "Effect",
+    "EffectEvent",
+    "EffectState",
+    "EventKind",
+    "MetricFold",
+    "MetricTally",
+    "MinuteTally",
+    "Namespace",
+    "Principal",
+    "ReplayPolicy",
+    "Resource",
+    "ResourceKey",
+    "Role",
+    "StagedResult",
+    "Task",
+    "TaskDependency",
+    "TaskEvent",
+    "TaskResource",
+    "TaskState",
+    "Token",
+]

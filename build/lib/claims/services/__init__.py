@@ -1,0 +1,86 @@
+"""The only writers of claim.v1 records. One transaction per call; see each function's docstring."""
+
+from __future__ import annotations
+
+from ._base import (
+    Guard,
+    NamespaceHold,
+    acting_via,
+    audit,
+    guarded,
+    hold_namespace,
+    namespace_lock,
+    synthetic,
+)
+from .claiming import ClaimGrant, task_claim, task_claim_batch, task_claim_next
+from .commit_many import task_commit_many
+from .dispatch import Delivery, dispatch_deliver
+from .dispatching import effect_dispatch
+from .effects import (
+    Prepared,
+    effect_approve,
+    effect_prepare,
+    effect_reconcile,
+    effect_record_outcome,
+)
+from .leases import leases_reap, task_release, task_renew
+from .namespaces import (
+    epoch_fence,
+    namespace_create,
+    namespace_release_hold,
+    namespace_resume,
+)
+from .principals import IssuedToken, hash_token, principal_ensure, token_issue, token_revoke
+from .resources import ResourceView, resource_check, resource_create, resource_delete, resource_get
+from .results import Committed, Staged, result_stage, task_commit
+from .tasks import TaskCreated, task_cancel, task_create, task_requeue, task_revise_input
+
+__all__ = [
+    "Guard",
+    "NamespaceHold",
+    "acting_via",
+    "audit",
+    "guarded",
+    "Delivery",
+    "Prepared",
+    "ResourceView",
+    "dispatch_deliver",
+    "effect_approve",
+    "effect_dispatch",
+    "effect_prepare",
+    "effect_reconcile",
+    "effect_record_outcome",
+    "resource_check",
+    "resource_create",
+    "resource_delete",
+    "resource_get",
+    "ClaimGrant",
+    "Committed",
+    "IssuedToken",
+    "Staged",
+    "TaskCreated",
+    "epoch_fence",
+    "hash_token",
+    "hold_namespace",
+    "leases_reap",
+    "namespace_create",
+    "principal_ensure",
+    "namespace_lock",
+    "namespace_release_hold",
+    "namespace_resume",
+    "result_stage",
+    "task_cancel",
+    "task_claim",
+    "task_claim_batch",
+    "task_claim_next",
+    "task_commit",
+    "task_commit_many",
+    "task_create",
+    "task_release",
+    "task_renew",
+    "task_requeue",
+    "task_revise_input",
+    "token_issue",
+    "token_revoke",
+    "synthetic",
+]

@@ -1,0 +1,156 @@
+"""Delivering a dispatch intent: the tool gateway's half that talks to the outside world.
+
+Three steps, and no row is locked while the network is used:
+
+1. Take the intent (compare-and-set PENDING → SENDING, or a SENDING intent whose sender went silent longer than
+   ``DISPATCH_RESEND_AFTER_SECONDS``). A second runner of the same job finds nothing to take: jobs are safe to run
+   twice at once. An effect that already left PREPARED/UNKNOWN is not sent at all (SKIPPED).
+2. POST the payload as canonical JSON with ``Idempotency-Key: <effect_id>`` (the same key on every delivery of the
+   effect, retries included), ``X-Claim-Generation`` and one ``X-Fence-Token`` per resource. Redirects are not
+   followed.
+3. Apply the reply to the effect — only while it is still PREPARED or UNKNOWN: 2xx → COMMITTED (status as
+   external_ref); 4xx → FAILED (a definite refusal); a timeout, a connection error, a 3xx or a 5xx → UNKNOWN, since
+   the target may have acted. Nothing re-sends from UNKNOWN on its own: it is reconciled first.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+import httpx
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+
+from .. import clock
+from ..digest import canonical_json
+from ..models import DispatchIntent, DispatchState, Effect, EffectState
+from . import ledger
+from ._base import append_event
+
+logger = logging.getLogger(__name__)
+
+_APPLIES_TO = (EffectState.PREPARED, EffectState.UNKNOWN)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    dispatch_id: str
+    sent: bool
+    outcome: str  # COMMITTED | FAILED | UNKNOWN | SKIPPED | NOT_TAKEN
+    status_code: int | None = None
+
+
+def _take(dispatch_id: str) -> DispatchIntent | None:
+    with transaction.atomic(durable=True):
+        now = clock.now()
+        stale = now - timedelta(seconds=settings.DISPATCH_RESEND_AFTER_SECONDS)
+        taken = DispatchIntent.objects.filter(
+            Q(state=DispatchState.PENDING) | Q(state=DispatchState.SENDING, sending_at__lt=stale),
+            pk=dispatch_id,
+        ).update(state=DispatchState.SENDING, sending_at=now)
+        if taken != 1:
+            return None
+        intent = DispatchIntent.objects.select_related("effect").get(pk=dispatch_id)
+        if intent.effect.state not in _APPLIES_TO:
+            intent.state, intent.outcome, intent.finished_at = DispatchState.SKIPPED, "SKIPPED", now
+            intent.save(update_fields=["state", "outcome", "finished_at"])
+            return None
+        DispatchIntent.objects.filter(pk=dispatch_id).update(deliveries=intent.deliveries + 1)
+        return intent
+
+
+def _send(intent: DispatchIntent) -> tuple[str, int | None, str]:
+    headers = {
+        "Content-Type": "application/json",
+        "Idempotency-Key": intent.effect_id,
+        "X-Claim-Generation": str(intent.claim_generation),
+    }
+    fence_values = [f"{key}={token}" for key, token in sorted(intent.fence_headers.items())]
+    request_headers = list(headers.items()) + [("X-Fence-Token", value) for value in fence_values]
+    try:
+        with httpx.Client(timeout=settings.DISPATCH_TIMEOUT_SECONDS, follow_redirects=False) as client:
+            reply = client.post(
+                intent.target, content=canonical_json(intent.payload), headers=request_headers
+            )
+    except httpx.HTTPError as exc:  # timeout, refused, reset: the target may have acted
+        return EffectState.UNKNOWN, None, f"{type(exc).__name__}: {exc}"[:500]
+    if 200 <= reply.status_code < 300:
+        return EffectState.COMMITTED, reply.status_code, ""
+    if 400 <= reply.status_code < 500:
+        return EffectState.FAILED, reply.status_code, f"HTTP {reply.status_code}"
+    return EffectState.UNKNOWN, reply.status_code, f"HTTP {reply.status_code}"
+
+
+def _apply(intent: DispatchIntent, state: str, status_code: int | None, error: str) -> str:
+    with transaction.atomic(durable=True):
+        now = clock.now()
+        effect = Effect.objects.select_for_update().get(pk=intent.effect_id)
+        current = DispatchIntent.objects.select_for_update().get(pk=intent.pk)
+        if current.state != DispatchState.SENDING:
+            return "NOT_TAKEN"
+        applied = effect.state in _APPLIES_TO
+        outcome = state if applied else "SKIPPED"
+        current.state = DispatchState.DELIVERED if applied else DispatchState.SKIPPED
+        current.outcome, current.last_error, current.finished_at = outcome, error, now
+        current.save(update_fields=["state", "outcome", "last_error", "finished_at"])
+        if not applied:
+            ledger.record(
+                effect,
+                "delivery_ignored",
+                at=now,
+                principal=None,
+                detail={"dispatch_id": str(intent.pk), "reply": status_code, "state": effect.state},
+            )
+            return outcome
+        ref = str(status_code) if status_code is not None else None
+        ledger.transition(
+            effect,
+            state,
+            at=now,
+            principal=None,
+            kind="delivered",
+            attempt_id=intent.attempt_id,
+            claim_generation=intent.claim_generation,
+            external_ref=ref,
+            detail={"dispatch_id": str(intent.pk), "error": error},
+        )
+        append_event(
+            ledger.EVENT_FOR_STATE[state],
+            namespace_id=effect.namespace_id,
+            task_id=effect.task_id,
+            at=now,
+            principal=None,
+            attempt_id=intent.attempt_id,
+            claim_generation=intent.claim_generation,
+            detail={"effect_id": effect.effect_id, "dispatch_id": str(intent.pk), "reply": status_code},
+        )
+    return outcome
+
+
+def dispatch_deliver(*, dispatch_id: str) -> Delivery:
+    """Deliver one intent (the ``deliver_dispatch`` Celery job calls this)."""
+    intent = _take(dispatch_id)
+    if intent is None:
+        return Delivery(dispatch_id, sent=False, outcome="NOT_TAKEN")
+    state, status_code, error = _send(intent)
+    outcome = _apply(intent, state, status_code, error)
+    logger.info("dispatch %s delivered: %s (reply %s)", dispatch_id, outcome, status_code)
+    return Delivery(dispatch_id, sent=True, outcome=outcome, status_code=status_code)
+
+
+def dispatch_stuck(*, older_than_seconds: int | None = None) -> list[str]:
+    """Intents whose delivery never finished: PENDING past the resend window (the enqueue was lost) or SENDING
+    past it (the deliverer died mid-send). The ``redeliver_dispatches`` job sends each again — under the same
+    Idempotency-Key, so a target that already acted recognises the repeat."""
+    window = timedelta(seconds=older_than_seconds or settings.DISPATCH_RESEND_AFTER_SECONDS)
+    cutoff = clock.now() - window
+    return [
+        str(pk)
+        for pk in DispatchIntent.objects.filter(
+            Q(state=DispatchState.PENDING, created_at__lt=cutoff)
+            | Q(state=DispatchState.SENDING, sending_at__lt=cutoff)
+        ).values_list("pk", flat=True)[:500]
+    ]

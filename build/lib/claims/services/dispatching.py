@@ -1,0 +1,148 @@
+"""Recording a dispatch (claim-v1.md §6): the durable commitment to deliver a payload under an effect's key, in the
+transaction of its checks; the delivery is the Celery job ``claims.deliver_dispatch`` (services/dispatch.py)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from celery import current_app
+from django.db import transaction
+
+from .. import interleave
+from ..digest import digest
+from ..errors import ApprovalRequired, InvalidTransition, NotFound, PayloadConflict
+from ..models import Attempt, DispatchIntent, DispatchState, Effect, EventKind, Principal, ResourceKey
+from ..models import EffectState as E
+from . import ledger
+from ._base import NamespaceHold
+from .effects import _at_effect_point, _authorise, _task_of
+from .resources import check_dispatch_resources, lock_keys
+
+
+def effect_dispatch(
+    *,
+    principal: Principal,
+    effect_id: str,
+    payload: Any,
+    target: str,
+    attempt_id: uuid.UUID,
+    claim_generation: int,
+    scheduler_epoch: int,
+    owner_id: str,
+) -> tuple[DispatchIntent, bool]:
+    """Record the durable commitment to deliver ``payload`` to ``target`` under the effect's key — in the same
+    transaction as the checks, so the order of records decides any race with a cancel or a takeover (A13).
+    A repeat while the intent is in flight returns it. Delivery is a Celery job started after commit.
+
+    Checks, in order: authority (CANCELLED / FENCED); the payload's digest is the bound one (PAYLOAD_CONFLICT);
+    the effect is PREPARED (INVALID_TRANSITION) and, if NON_REPLAYABLE, approved (APPROVAL_REQUIRED) with no other
+    effect of its node in flight (INVALID_TRANSITION, NODE_BUSY); no newer claim took the task's resources
+    (STALE_INPUT, RESOURCE).
+    """
+    task_id = _task_of(effect_id)
+    with _at_effect_point(
+        principal,
+        task_id,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        scheduler_epoch=scheduler_epoch,
+        owner_id=owner_id,
+        effect_id=effect_id,
+    ) as (at, effect):
+        ns, task = at.ns, at.task
+        if effect is None:
+            raise NotFound("no such effect")
+        keys: list[ResourceKey] = []
+        if task.resources:  # the last lock of the order (after task and effect); the clock is read after it
+            keys, db_now = lock_keys(sorted(task.resources), lock="FOR SHARE")
+            at.after(db_now)
+            ns = at.ns
+        _authorise(at)
+        in_flight = DispatchIntent.objects.filter(
+            effect=effect, state__in=[DispatchState.PENDING, DispatchState.SENDING]
+        ).first()
+        if in_flight is not None:
+            return in_flight, False
+        _require_dispatchable(effect, payload, ns)
+        fences = Attempt.objects.filter(pk=attempt_id).values_list("fences", flat=True).first() or {}
+        check_dispatch_resources(keys, attempt_fences=fences)
+        interleave.reach("effect_dispatch.checked")
+        intent = DispatchIntent.objects.create(
+            effect=effect,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            payload=payload,
+            target=target,
+            fence_headers={key: value["token"] for key, value in fences.items()},
+            created_at=ns.now,
+        )
+        effect.dispatched_at, effect.updated_at = ns.now, ns.now
+        effect.save(update_fields=["dispatched_at", "updated_at"])
+        ledger.record(
+            effect,
+            "dispatch_recorded",
+            at=ns.now,
+            principal=principal,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            detail={"dispatch_id": str(intent.pk), "target": target},
+        )
+        ledger.task_event(
+            EventKind.DISPATCH_RECORDED,
+            effect,
+            ns,
+            principal,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            owner_id=owner_id,
+            detail={"dispatch_id": str(intent.pk)},
+        )
+        transaction.on_commit(lambda: enqueue("claims.deliver_dispatch", str(intent.pk)))
+    return intent, True
+
+
+def _require_dispatchable(effect: Effect, payload: Any, ns: NamespaceHold) -> None:
+    """The dispatch's checks after authority, in order: the payload's digest is the bound one (PAYLOAD_CONFLICT);
+    the effect is PREPARED (INVALID_TRANSITION) and, if NON_REPLAYABLE, approved (APPROVAL_REQUIRED) with no other
+    effect of its node in flight (INVALID_TRANSITION, NODE_BUSY)."""
+    if digest(payload) != effect.payload_digest:
+        raise PayloadConflict(
+            "the payload's digest is not the one bound at prepare", current=ledger.effect_current(effect)
+        )
+    if effect.state != E.PREPARED:
+        raise InvalidTransition(
+            f"only a PREPARED effect is dispatched; this one is {effect.state}",
+            current=ledger.effect_current(effect),
+        )
+    if not effect.non_replayable:
+        return
+    if effect.approved_at is None:
+        raise ApprovalRequired(
+            "an operator must approve this effect first", current=ledger.effect_current(effect)
+        )
+    busy = (
+        Effect.objects.filter(
+            namespace_id=ns.id,
+            node_id=effect.node_id,
+            non_replayable=True,
+            dispatched_at__isnull=False,
+            state__in=[E.PREPARED, E.UNKNOWN],
+        )
+        .exclude(pk=effect.pk)
+        .values_list("effect_id", flat=True)
+        .first()
+    )
+    if busy:
+        raise InvalidTransition(
+            f"effect {busy} of this node is still in flight",
+            reason="NODE_BUSY",
+            current=ledger.effect_current(effect),
+        )
+
+
+def enqueue(job: str, *args: Any) -> None:
+    """Send a Celery job by its registered name (``claims/tasks.py``): jobs call services, never the other way, so
+    a service names the job instead of importing it. The registered task itself, so an eager configuration runs
+    it in place and a worker receives it otherwise."""
+    current_app.tasks[job].delay(*args)

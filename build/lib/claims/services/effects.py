@@ -1,0 +1,444 @@
+"""The effect ledger (claim-v1.md §6): side effects that happen at most once although attempts run at least once.
+
+An effect slot has one record, addressed by ``effect_id`` = sha256(task_id, node_id, slot) — the same for every
+attempt of the task, never containing the attempt or the payload. The first PREPARED binds its payload digest
+with a compare-and-set; a different payload is PAYLOAD_CONFLICT. Its ``effect_id`` is the idempotency key sent
+downstream. A timeout is UNKNOWN, never FAILED: the target may have acted, so the next attempt reconciles
+before it may call again.
+
+Lock order everywhere: task row (with its namespace, ``hold_task``), then the effect row, then dispatch rows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from ..digest import effect_id as make_effect_id
+from ..errors import (
+    Fenced,
+    Forbidden,
+    Invalid,
+    InvalidTransition,
+    NotFound,
+    NotUnknown,
+    PayloadConflict,
+)
+from ..models import (
+    AcceptancePoint,
+    Attempt,
+    DispatchIntent,
+    DispatchState,
+    Effect,
+    EffectState,
+    EventKind,
+    Principal,
+    ReplayPolicy,
+    Role,
+)
+from . import ledger
+from ._base import audit, hold_task, locked_rows, task_current
+from .authority import Acceptance, acceptance_point
+
+E = EffectState
+
+
+@dataclass(frozen=True)
+class Prepared:
+    effect: Effect
+    outcome: str  # PREPARED | RECONCILE_REQUIRED | ALREADY_COMMITTED | APPROVAL_REQUIRED
+    created: bool
+
+
+@contextmanager
+def _at_effect_point(
+    principal: Principal,
+    task_id: str,
+    *,
+    attempt_id: Any,
+    claim_generation: int | None,
+    scheduler_epoch: int | None,
+    owner_id: str | None,
+    effect_id: str | None = None,
+    effect_slot: str = "",
+) -> Iterator[tuple[Acceptance, Effect | None]]:
+    """One effect call: a request at the `effect` acceptance point (``authority.acceptance_point``), holding, in
+    the documented order, the task row with its namespace and then the effect row (named, or the slot's) — and
+    the clock read after both. The caller authorises (``_authorise``) once every lock it needs is held, so
+    authority is judged on what the locks keep still."""
+    with acceptance_point(
+        AcceptancePoint.EFFECT,
+        principal=principal,
+        task_id=task_id,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        scheduler_epoch=scheduler_epoch,
+        owner_id=owner_id,
+    ) as at:
+        eid = effect_id or make_effect_id(at.task.task_id, at.task.node_id, effect_slot)
+        rows, db_now = locked_rows(Effect, "effect_id = %s", [eid], order="effect_id", lock="FOR UPDATE")
+        at.after(db_now)
+        yield at, rows[0] if rows else None
+
+
+def _authorise(at: Acceptance) -> None:
+    """Authority for an effect call (§6): the attempt named is the task's current attempt, owned by the caller,
+    not fenced by the epoch rule, its lease not expired, the task not cancelled. 403 before 409."""
+    at.require_owner()
+    at.resolve_attempt()
+    at.require_not_cancelled()
+    at.require_current_attempt()
+    at.require_live_lease()
+
+
+# What a worker may do next, by the state its prepare found the effect in (FAILED was moved back to PREPARED).
+_NEXT_STEP: dict[str, str] = {
+    E.PREPARED: "PREPARED",
+    E.UNKNOWN: "RECONCILE_REQUIRED",
+    E.COMMITTED: "ALREADY_COMMITTED",
+}
+
+
+def _lock_effect(effect_id: str) -> Effect:
+    effect = Effect.objects.select_for_update().filter(pk=effect_id).first()
+    if effect is None:
+        raise NotFound("no such effect")
+    return effect
+
+
+def _task_of(effect_id: str) -> str:
+    task_id = Effect.objects.filter(pk=effect_id).values_list("task_id", flat=True).first()
+    if task_id is None:
+        raise NotFound("no such effect")
+    return task_id
+
+
+def effect_prepare(
+    *,
+    principal: Principal,
+    task_id: str,
+    effect_slot: str,
+    payload_digest: str,
+    attempt_id: uuid.UUID,
+    claim_generation: int,
+    scheduler_epoch: int,
+    owner_id: str,
+) -> Prepared:
+    """Bind the slot's payload and say what the worker may do next.
+
+    No record: create it PREPARED, bound to ``payload_digest`` (201). A record with another digest:
+    PAYLOAD_CONFLICT. The same digest: PREPARED (go on), RECONCILE_REQUIRED (UNKNOWN: reconcile first),
+    ALREADY_COMMITTED (make no call), or — after a definite FAILED — PREPARED again under the same key.
+    A NON_REPLAYABLE task's effect answers APPROVAL_REQUIRED (202) until an operator approves it.
+    """
+    with _at_effect_point(
+        principal,
+        task_id,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        scheduler_epoch=scheduler_epoch,
+        owner_id=owner_id,
+        effect_slot=effect_slot,
+    ) as (at, existing):
+        ns = at.ns
+        _authorise(at)
+        created = existing is None
+        effect = _bound(
+            at,
+            existing,
+            effect_slot=effect_slot,
+            payload_digest=payload_digest,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+        )
+        outcome = _NEXT_STEP[effect.state]
+        if outcome == "PREPARED" and effect.non_replayable and effect.approved_at is None:
+            outcome = "APPROVAL_REQUIRED"
+        ledger.task_event(
+            EventKind.EFFECT_PREPARED,
+            effect,
+            ns,
+            principal,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            owner_id=owner_id,
+            detail={"outcome": outcome},
+        )
+    return Prepared(effect=effect, outcome=outcome, created=created)
+
+
+def _bound(
+    at: Acceptance,
+    existing: Effect | None,
+    *,
+    effect_slot: str,
+    payload_digest: str,
+    attempt_id: uuid.UUID,
+    claim_generation: int,
+) -> Effect:
+    """The slot's effect bound to ``payload_digest``: created PREPARED, or the existing one (PAYLOAD_CONFLICT when
+    bound to another payload; a definite FAILED moved back to PREPARED), its ledger told."""
+    ns, task, principal = at.ns, at.task, at.principal
+    effect: Effect
+    if existing is None:
+        eid = make_effect_id(task.task_id, task.node_id, effect_slot)
+        # The task row lock serialises every prepare of this task, so the insert cannot race another.
+        effect = Effect.objects.create(
+            effect_id=eid,
+            task_id=task.task_id,
+            namespace_id=ns.id,
+            node_id=task.node_id,
+            effect_slot=effect_slot,
+            state=E.PREPARED,
+            payload_digest=payload_digest,
+            non_replayable=task.replay_policy == ReplayPolicy.NON_REPLAYABLE,
+            created_at=ns.now,
+            updated_at=ns.now,
+        )
+        ledger.record(
+            effect,
+            "prepared",
+            at=ns.now,
+            principal=principal,
+            to=E.PREPARED,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            detail={"payload_digest": payload_digest},
+        )
+    elif (effect := existing).payload_digest != payload_digest:
+        raise PayloadConflict("this slot is bound to another payload", current=ledger.effect_current(effect))
+    elif effect.state == E.FAILED:
+        # A definite failure: the target did not act. Retry under the same key.
+        ledger.transition(
+            effect,
+            E.PREPARED,
+            at=ns.now,
+            principal=principal,
+            kind="prepared",
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+        )
+    else:
+        ledger.record(
+            effect,
+            "prepare_seen",
+            at=ns.now,
+            principal=principal,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            detail={"state": effect.state},
+        )
+    return effect
+
+
+def effect_record_outcome(
+    *,
+    principal: Principal,
+    effect_id: str,
+    state: str,
+    attempt_id: uuid.UUID,
+    claim_generation: int,
+    scheduler_epoch: int,
+    owner_id: str,
+    external_ref: str | None = None,
+) -> Effect:
+    """Record what happened at the target: COMMITTED, FAILED (a definite refusal) or UNKNOWN (a timeout — never
+    FAILED). Allowed from PREPARED or UNKNOWN.
+
+    Whose report counts, decided under the task and effect row locks:
+    - the task's current attempt, with full authority (CANCELLED / FENCED otherwise);
+    - an older attempt — fenced, expired, replaced — only about its own part: while its entry is still the newest
+      act on the effect's ledger. Once anyone else has acted on the effect since (a replacement prepared it,
+      reconciled it, dispatched it; an operator reconciled it), the report is about a past the effect has moved
+      on from, and is FENCED (ATTEMPT): it could otherwise fail the replacement's delivery in flight and let the
+      target act twice (A23).
+    - nobody while a dispatch intent is in flight: the dispatcher owns that delivery's outcome
+      (INVALID_TRANSITION, DISPATCH_IN_FLIGHT).
+    """
+    if state not in ledger.EVENT_FOR_STATE:
+        raise Invalid({"state": ["Must be one of COMMITTED, UNKNOWN, FAILED."]})
+    task_id = _task_of(effect_id)
+    with _at_effect_point(
+        principal,
+        task_id,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        scheduler_epoch=scheduler_epoch,
+        owner_id=owner_id,
+        effect_id=effect_id,
+    ) as (at, effect):
+        ns = at.ns
+        if effect is None:
+            raise NotFound("no such effect")
+        _authorise_report(at, effect, principal=principal, owner_id=owner_id, attempt_id=attempt_id)
+        if effect.state not in ledger.OUTCOME_FROM:
+            raise InvalidTransition(
+                f"an outcome cannot follow {effect.state}", current=ledger.effect_current(effect)
+            )
+        if DispatchIntent.objects.filter(
+            effect=effect, state__in=[DispatchState.PENDING, DispatchState.SENDING]
+        ).exists():
+            raise InvalidTransition(
+                "a dispatch of this effect is in flight: its delivery records the outcome",
+                reason="DISPATCH_IN_FLIGHT",
+                current=ledger.effect_current(effect),
+            )
+        ledger.transition(
+            effect,
+            state,
+            at=ns.now,
+            principal=principal,
+            kind="outcome",
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            external_ref=external_ref,
+        )
+        ledger.task_event(
+            ledger.EVENT_FOR_STATE[state],
+            effect,
+            ns,
+            principal,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            owner_id=owner_id,
+        )
+    return effect
+
+
+def _authorise_report(
+    at: Acceptance, effect: Effect, *, principal: Principal, owner_id: str, attempt_id: uuid.UUID
+) -> None:
+    """Whose outcome report counts (``effect_record_outcome``): the caller's own attempt; the task's current one with
+    full authority, an older one only while it was the last to act on the effect (FENCED ATTEMPT otherwise)."""
+    task, ns = at.task, at.ns
+    if owner_id != principal.owner_id:
+        raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
+    attempt_owner = (
+        Attempt.objects.filter(pk=attempt_id, task_id=task.pk).values_list("owner_id", flat=True).first()
+    )
+    if attempt_owner is not None and attempt_owner != principal.owner_id:
+        raise Forbidden(f"attempt {attempt_id} is not {principal.owner_id!r}'s")
+    if attempt_owner is None or attempt_id == task.attempt_id:
+        _authorise(at)
+    elif ledger.last_to_act(effect) != attempt_id:
+        raise Fenced(
+            "the effect has moved on since this attempt acted on it: its report is not about the effect now",
+            reason="ATTEMPT",
+            current={**task_current(task, ns), **ledger.effect_current(effect)},
+        )
+
+
+def effect_reconcile(
+    *,
+    principal: Principal,
+    effect_id: str,
+    observed: str,
+    external_ref: str | None = None,
+    attempt_id: uuid.UUID | None = None,
+    claim_generation: int | None = None,
+    scheduler_epoch: int | None = None,
+    owner_id: str | None = None,
+) -> Effect:
+    """Resolve an UNKNOWN effect from what the target says happened: OCCURRED → COMMITTED, NOT_OCCURRED →
+    PREPARED (to be executed under the same key). Only from UNKNOWN (NOT_UNKNOWN otherwise). By the task's
+    current attempt (a worker, with full authority) or by an operator, audited — how the drain's UNKNOWN backlog
+    is cleared when no attempt is live."""
+    if observed not in ("OCCURRED", "NOT_OCCURRED"):
+        raise Invalid({"observed": ["Must be OCCURRED or NOT_OCCURRED."]})
+    task_id = _task_of(effect_id)
+    with _at_effect_point(
+        principal,
+        task_id,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        scheduler_epoch=scheduler_epoch,
+        owner_id=owner_id,
+        effect_id=effect_id,
+    ) as (at, effect):
+        ns = at.ns
+        if effect is None:
+            raise NotFound("no such effect")
+        if principal.role == Role.WORKER:
+            _authorise(at)
+        if effect.state != E.UNKNOWN:
+            raise NotUnknown(
+                f"only an UNKNOWN effect is reconciled; this one is {effect.state}",
+                current=ledger.effect_current(effect),
+            )
+        to = E.COMMITTED if observed == "OCCURRED" else E.PREPARED
+        ledger.transition(
+            effect,
+            to,
+            at=ns.now,
+            principal=principal,
+            kind="reconciled",
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            external_ref=external_ref,
+            detail={"observed": observed},
+        )
+        ledger.task_event(
+            EventKind.EFFECT_RECONCILED,
+            effect,
+            ns,
+            principal,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            owner_id=owner_id,
+            detail={"observed": observed},
+            # An operator's reconcile is not worker traffic: audited, not counted at the acceptance point.
+            point=principal.role == Role.WORKER,
+        )
+        if principal.role != Role.WORKER:
+            audit(
+                principal=principal,
+                action="effect_reconcile",
+                at=ns.now,
+                namespace=ns.name,
+                target=effect_id,
+                detail={"observed": observed, "state": to},
+            )
+    return effect
+
+
+def effect_approve(*, principal: Principal, effect_id: str, note: str = "") -> Effect:
+    """An operator approves a NON_REPLAYABLE effect. Idempotent; the approval binds the payload digest and lasts
+    through FAILED → PREPARED and a NOT_OCCURRED reconcile."""
+    task_id = _task_of(effect_id)
+    with transaction.atomic(durable=True):
+        ns, _task = hold_task(task_id)
+        effect = _lock_effect(effect_id)
+        if not effect.non_replayable:
+            raise InvalidTransition(
+                "only a NON_REPLAYABLE task's effect needs approval", current=ledger.effect_current(effect)
+            )
+        if effect.state == E.COMMITTED:
+            raise InvalidTransition("the effect already happened", current=ledger.effect_current(effect))
+        if effect.approved_at is None:
+            effect.approved_at, effect.approved_by, effect.updated_at = ns.now, principal.name, ns.now
+            effect.save(update_fields=["approved_at", "approved_by", "updated_at"])
+            ledger.record(
+                effect,
+                "approved",
+                at=ns.now,
+                principal=principal,
+                detail={"note": note, "payload_digest": effect.payload_digest},
+            )
+            ledger.task_event(
+                EventKind.EFFECT_APPROVED, effect, ns, principal, point=False, detail={"note": note}
+            )
+            audit(
+                principal=principal,
+                action="effect_approve",
+                at=ns.now,
+                namespace=ns.name,
+                target=effect_id,
+                reason=note,
+                detail={"payload_digest": effect.payload_digest},
+            )
+    return effect

@@ -1,0 +1,110 @@
+"""What every operator page shares: roles from Django groups, and acting as the user's principal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from functools import wraps
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.template.loader import render_to_string
+
+from .errors import ClaimError
+from .models import Principal
+from .services.principals import principal_for_user, ui_role
+
+_RANK = {"viewer": 0, "operator": 1, "oncall": 2}
+
+# How often a live region of a console page asks again (htmx ``every``): a fence, a stage move or a drain shows
+# within this on every open page.
+LIVE_REFRESH_SECONDS = 3
+
+
+TaskNote = Callable[[Any], "dict[str, Any] | None"]
+_task_notes: list[TaskNote] = []
+
+
+def task_note(function: TaskNote) -> TaskNote:
+    """Register what an app wrapping the core says on a task's page (the rollout: which store's record the API
+    answers in the task's stage, and that record): ``function(task)`` returns ``{"store", "why", "record"}`` or
+    None. The core's page shows claim.v1's record and labels it so."""
+    _task_notes.append(function)
+    return function
+
+
+def task_notes(task: Any) -> list[dict[str, Any]]:
+    return [note for function in _task_notes if (note := function(task)) is not None]
+
+
+def error_page(status: int, title: str, detail: str) -> HttpResponse:
+    """The console's styled error page. It stands alone — no user, no session, no database — because a 500 may
+    come from the database itself; if even the template fails, plain text."""
+    try:
+        body = render_to_string("errors/page.html", {"status": status, "title": title, "detail": detail})
+    except Exception:  # noqa: BLE001 - an error page must answer whatever else is broken
+        return HttpResponse(f"{status} {title}: {detail}\n", status=status, content_type="text/plain")
+    return HttpResponse(body, status=status)
+
+
+def role_required(role: str) -> Callable:
+    """Allow users whose group is at least ``role`` (oncall ⊇ operator ⊇ viewer); 403 otherwise."""
+
+    def decorate(view: Callable) -> Callable:
+        @login_required
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if _RANK[ui_role(request.user)] < _RANK[role]:
+                return error_page(
+                    403,
+                    "Not allowed",
+                    f"Your role ({ui_role(request.user)}) may not do this; it needs {role}.",
+                )
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorate
+
+
+def acting(request: HttpRequest) -> Principal:
+    principal = principal_for_user(request.user)
+    assert principal is not None, "role_required lets only operators and oncall act"
+    return principal
+
+
+def report(request: HttpRequest, exc: ClaimError) -> None:
+    """Show a refused action the way the API would say it."""
+    body = exc.body()
+    word = body.get("outcome", "ERROR")
+    reason = body.get("reason")
+    detail = body.get("detail") or "; ".join(f"{k}: {' '.join(v)}" for k, v in body.get("errors", {}).items())
+    messages.error(request, f"{word}{f' ({reason})' if reason and reason != word else ''}: {detail}")
+
+
+def chart(
+    *,
+    kind: str,
+    labels: list[str],
+    series: Mapping[str, Sequence[float]],
+    x: str,
+    y: str,
+    stacked: bool = False,
+    colors: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """What ``templates/_chart.html`` draws (Chart.js) and prints as its text alternative. ``colors`` fixes a
+    series' colour where it carries meaning (a status: bad is red, good is green); the rest take the palette's."""
+    return {
+        "type": kind,
+        "labels": labels,
+        "datasets": [
+            {"label": name, "data": data, **({"color": colors[name]} if colors and name in colors else {})}
+            for name, data in series.items()
+        ],
+        "x": x,
+        "y": y,
+        "stacked": stacked,
+        "rows": [[label, *[data[i] for data in series.values()]] for i, label in enumerate(labels)],
+        "columns": list(series),
+    }

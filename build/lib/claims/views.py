@@ -1,0 +1,176 @@
+"""Operator pages for the claim.v1 records: tasks (search, detail) and the effects backlog with its actions."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from . import clock, selectors, services
+from .errors import ClaimError
+from .models import Effect, EffectState, Task, TaskState
+from .services.principals import ui_role
+from .ui import acting, report, role_required, task_notes
+
+
+def _ctx(request: HttpRequest, **extra) -> dict:
+    return {"ui_role": ui_role(request.user), **extra}
+
+
+@role_required("viewer")
+def tasks(request: HttpRequest) -> HttpResponse:
+    q, state, ns = request.GET.get("q", "").strip(), request.GET.get("state", ""), request.GET.get("ns", "")
+    # Newest first, read backwards along an index (task_created, task_open_created, task_ns_…): a page of 200 costs
+    # the same whatever the history. The search (q) is a substring match and scans what it must.
+    rows = Task.objects.select_related("namespace").order_by("-created_at", "-task_id")
+    if q:
+        rows = rows.filter(Q(task_id__icontains=q) | Q(node_id__icontains=q) | Q(owner_id__icontains=q))
+    if state:
+        rows = rows.filter(state=state)
+    if ns:
+        rows = rows.filter(namespace__name=ns)
+    now = clock.now()
+    listed = [
+        {
+            "task": task,
+            "lease_left": (task.lease_expires_at - now).total_seconds() if task.lease_expires_at else None,
+        }
+        for task in rows[:200]
+    ]
+    return render(
+        request,
+        "claims/tasks.html",
+        _ctx(request, rows=listed, q=q, state=state, ns=ns, states=TaskState.values),
+    )
+
+
+def _mismatches_url(task: Task) -> str | None:
+    """The rollout's mismatch list for this task's namespace, when the rollout is installed (the core knows only
+    that such a page may exist, by its URL name)."""
+    from django.urls import NoReverseMatch, reverse
+
+    try:
+        return reverse("console:mismatches", args=[task.namespace.name]) + f"?task={task.task_id}"
+    except NoReverseMatch:
+        return None
+
+
+@role_required("viewer")
+def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
+    task = get_object_or_404(Task.objects.select_related("namespace"), pk=task_id)
+    now = clock.now()
+    return render(
+        request,
+        "claims/task.html",
+        _ctx(
+            request,
+            task=task,
+            lease_left=(task.lease_expires_at - now).total_seconds() if task.lease_expires_at else None,
+            events=task.events.order_by("id"),
+            history=selectors.task_lanes(task=task, now=now),
+            notes=task_notes(task),
+            taken_at=now,
+            mismatches_url=_mismatches_url(task),
+            attempts=task.attempts.order_by("claim_generation"),
+            staged=task.staged_results.order_by("staged_at"),
+            effects=task.effects.order_by("created_at"),
+        ),
+    )
+
+
+@role_required("viewer")
+def effects(request: HttpRequest) -> HttpResponse:
+    """The backlog: UNKNOWN effects to reconcile and NON_REPLAYABLE ones awaiting approval — of one namespace with
+    ``?ns=`` (a rollback's blockers link here so)."""
+    ns = request.GET.get("ns", "").strip()
+    unknown = Effect.objects.filter(state=EffectState.UNKNOWN).select_related("task").order_by("updated_at")
+    awaiting = (
+        Effect.objects.filter(non_replayable=True, approved_at__isnull=True)
+        .exclude(state=EffectState.COMMITTED)
+        .select_related("task")
+        .order_by("created_at")
+    )
+    if ns:
+        unknown, awaiting = unknown.filter(namespace__name=ns), awaiting.filter(namespace__name=ns)
+    return render(
+        request,
+        "claims/effects.html",
+        _ctx(
+            request,
+            unknown=unknown,
+            awaiting=awaiting,
+            ns=ns,
+            namespaces=list(selectors.namespace_list().values_list("name", flat=True)),
+            taken_at=clock.now(),
+        ),
+    )
+
+
+@require_POST
+@role_required("operator")
+def effect_reconcile(request: HttpRequest, effect_id: str) -> HttpResponse:
+    try:
+        effect = services.effect_reconcile(
+            principal=acting(request),
+            effect_id=effect_id,
+            observed=request.POST.get("observed", ""),
+            external_ref=request.POST.get("external_ref") or None,
+        )
+        messages.success(request, f"Effect {effect_id[:12]}… reconciled: now {effect.state}.")
+    except ClaimError as exc:
+        report(request, exc)
+    if request.POST.get("back_to_task"):  # reconciled from the task's own page: back to the effect's task
+        task_id = Effect.objects.filter(pk=effect_id).values_list("task_id", flat=True).first()
+        if task_id is not None:
+            return redirect("console:task", task_id=task_id)
+    return _back_to_effects(request)
+
+
+def _back_to_effects(request: HttpRequest) -> HttpResponse:
+    """The backlog as the operator had it: of the namespace it was filtered by."""
+    ns = request.POST.get("ns", "")
+    url = reverse("console:effects")
+    return redirect(f"{url}?{urlencode({'ns': ns})}" if ns else url)
+
+
+@require_POST
+@role_required("operator")
+def effect_approve(request: HttpRequest, effect_id: str) -> HttpResponse:
+    try:
+        services.effect_approve(
+            principal=acting(request), effect_id=effect_id, note=request.POST.get("note", "")
+        )
+        messages.success(request, f"Effect {effect_id[:12]}… approved.")
+    except ClaimError as exc:
+        report(request, exc)
+    return _back_to_effects(request)
+
+
+@role_required("operator")
+def audit(request: HttpRequest) -> HttpResponse:
+    """Every audited action — fences from the console, the API, the CLI, a rollback or a job; resumes, overrides,
+    waivers, reviews, reconciles, approvals — with principal, reason and time; filtered by namespace, action and
+    principal; newest first, a page at a time (``before``)."""
+    filters = {key: request.GET.get(key, "").strip() for key in ("namespace", "action", "principal")}
+    with_work = request.GET.get("work") == "1"
+    raw_before = request.GET.get("before", "")
+    before = int(raw_before) if raw_before.isdigit() and len(raw_before) < 19 else None  # a bigint or nothing
+    entries, older = selectors.audit_entries(**filters, before=before, with_work=with_work)
+    return render(
+        request,
+        "claims/audit.html",
+        _ctx(
+            request,
+            entries=entries,
+            older=older,
+            filters=filters,
+            with_work=with_work,
+            actions=selectors.audit_actions(),
+            taken_at=clock.now(),
+        ),
+    )

@@ -1,0 +1,120 @@
+"""The middleware, lean for the REST API and thread-free under ASGI.
+
+Every ``/api/`` call authenticates with a bearer token (``claims.auth``) and answers JSON: it has no session, no
+cookie to protect from CSRF, no logged-in Django user and no flash messages. The console-only subclasses of Django's
+own middleware (so Django's checks still find them) hand an API request straight on and do their work for the
+console, the login page and the admin only.
+
+Under ASGI (deploy/gunicorn.conf.py) Django runs a sync-only middleware — or a sync ``process_request`` of an
+async-capable one — in a thread of the request's own; a claim waiting for work would then keep that thread for its
+whole wait. ``Security``, ``Common`` and ``XFrameOptions`` do pure computation on the request and response, so their
+async path here calls them inline; ``StaticFiles`` (WhiteNoise, sync-only upstream) looks a static file up in the
+shared executor and otherwise passes the request on without a thread.
+"""
+
+from __future__ import annotations
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.contrib.auth.middleware import AuthenticationMiddleware as _Authentication
+from django.contrib.messages.middleware import MessageMiddleware as _Messages
+from django.contrib.sessions.middleware import SessionMiddleware as _Sessions
+from django.middleware.clickjacking import XFrameOptionsMiddleware as _XFrameOptions
+from django.middleware.common import CommonMiddleware as _Common
+from django.middleware.csrf import CsrfViewMiddleware as _Csrf
+from django.middleware.security import SecurityMiddleware as _Security
+from whitenoise.middleware import WhiteNoiseMiddleware as _WhiteNoise
+
+API_PREFIX = "/api/"
+
+
+class _Inline:
+    """Async path without a thread, for middleware whose hooks neither block nor touch the database."""
+
+    async def __acall__(self, request):
+        response = None
+        if hasattr(self, "process_request"):
+            response = self.process_request(request)
+        response = response or await self.get_response(request)  # type: ignore[attr-defined]
+        if hasattr(self, "process_response"):
+            response = self.process_response(request, response)
+        return response
+
+
+class SecurityMiddleware(_Inline, _Security):
+    pass
+
+
+class CommonMiddleware(_Inline, _Common):
+    pass
+
+
+class XFrameOptionsMiddleware(_Inline, _XFrameOptions):
+    pass
+
+
+class StaticFiles(_WhiteNoise):
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response=None):
+        super().__init__(get_response)
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+
+    def __call__(self, request):
+        if self.async_mode:
+            return self.__acall__(request)
+        return super().__call__(request)
+
+    def _static(self, request):
+        static_file = (
+            self.find_file(request.path_info) if self.autorefresh else self.files.get(request.path_info)
+        )
+        return None if static_file is None else self.serve(static_file, request)
+
+    async def __acall__(self, request):
+        if not request.path_info.startswith(API_PREFIX):
+            found = await sync_to_async(self._static, thread_sensitive=False)(request)
+            if found is not None:
+                return found
+        return await self.get_response(request)
+
+
+class _ConsoleOnly:
+    get_response: object
+
+    def __call__(self, request):
+        if request.path_info.startswith(API_PREFIX):
+            return self.get_response(request)  # type: ignore[operator]
+        return super().__call__(request)  # type: ignore[misc]
+
+
+class SessionMiddleware(_ConsoleOnly, _Sessions):
+    pass
+
+
+class AuthenticationMiddleware(_ConsoleOnly, _Authentication):
+    pass
+
+
+class MessageMiddleware(_ConsoleOnly, _Messages):
+    pass
+
+
+class CsrfViewMiddleware(_ConsoleOnly, _Csrf):
+    def __init__(self, get_response):
+        super().__init__(get_response)
+        if self.async_mode:
+            # Django adapts a sync process_view to a thread of the request's own; an API request must not take one.
+            self.process_view = self._process_view_async  # type: ignore[method-assign]
+
+    def process_view(self, request, callback, callback_args, callback_kwargs):
+        if request.path_info.startswith(API_PREFIX):
+            return None
+        return super().process_view(request, callback, callback_args, callback_kwargs)
+
+    async def _process_view_async(self, request, callback, callback_args, callback_kwargs):
+        if request.path_info.startswith(API_PREFIX):
+            return None
+        return await sync_to_async(super().process_view)(request, callback, callback_args, callback_kwargs)

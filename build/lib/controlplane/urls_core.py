@@ -1,0 +1,34 @@
+"""The control plane without the rollout (settings profile ``controlplane.settings.core``): the contract's
+endpoints, the on-call tools (fence, audit, overview, pools, glance), the task and effect pages of the console,
+/metrics. No rollout app, no legacy API."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from claims import urls as core_urls
+from claims.metrics import metrics_view
+from oncall import urls as oncall_urls
+
+from . import handlers, health
+
+handler400 = handlers.bad_request
+handler404 = handlers.not_found
+handler500 = handlers.server_error
+handler403 = handlers.forbidden
+
+urlpatterns = [
+    path("", include("controlplane.console_core_urls")),
+    path("login", auth_views.LoginView.as_view(), name="login"),
+    path("logout", auth_views.LogoutView.as_view(), name="logout"),
+    path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/v1/", include(core_urls.urlpatterns + oncall_urls.api_urlpatterns)),
+    path("admin/", admin.site.urls),
+    path("metrics", metrics_view, name="metrics"),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+]

@@ -1,0 +1,153 @@
+"""The on-call pages of the console: the namespace overview, a namespace's incident page (its header, fences and
+resume), the fence form, pools and the glance page. Every action checks the role and goes through a service,
+which writes the audit log with the principal."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+from kombu.exceptions import OperationalError
+
+from claims import clock, services
+from claims.errors import ClaimError
+from claims.models import Namespace
+from claims.services.principals import ui_role
+from claims.ui import LIVE_REFRESH_SECONDS, acting, report, role_required
+
+from . import selectors
+from . import services as oncall
+from .extensions import pages_of
+from .tasks import fence_epoch
+
+
+def _ctx(request: HttpRequest, **extra) -> dict:
+    return {"ui_role": ui_role(request.user), **extra}
+
+
+def home_of(ns: str) -> str:
+    """A namespace's page: the one an installed app names first (the rollout's), else its incident page."""
+    pages = pages_of(ns)
+    return pages[0]["href"] if pages else reverse("console:incident", args=[ns])
+
+
+@role_required("viewer")
+def overview(request: HttpRequest) -> HttpResponse:
+    """The incident board: a card per namespace, live (``?part=live`` is what htmx polls, as on a namespace page),
+    with Fence and Resume on each card for on-call."""
+    now = clock.now()
+    rows = [{**row, "home": home_of(row["ns"].name)} for row in selectors.overview(now)]
+    context = _ctx(request, rows=rows, taken_at=now, refresh_seconds=LIVE_REFRESH_SECONDS)
+    if request.GET.get("part") == "live":
+        return render(request, "oncall/_board.html", context)
+    return render(request, "oncall/overview.html", context)
+
+
+@role_required("viewer")
+def incident_page(request: HttpRequest, ns: str) -> HttpResponse:
+    """A namespace as on-call needs it: the incident header, its fences with their self-checks, resume."""
+    namespace = get_object_or_404(Namespace, name=ns)
+    context = _ctx(
+        request,
+        ns=namespace,
+        incident=selectors.incident(namespace),
+        fences=selectors.fence_history(ns),
+        drain=selectors.drain_counts(namespace),
+    )
+    return render(request, "oncall/incident.html", context)
+
+
+@role_required("oncall")
+def fence(request: HttpRequest, ns: str) -> HttpResponse:
+    """GET: the fence form on a page of its own, under the incident header (one step from the overview and from
+    every namespace page). POST: reason required and the namespace's name typed to confirm — a mistake answers the
+    form again with the error beside its field and what was typed kept — then the fence job (with its self-check)."""
+    namespace = get_object_or_404(Namespace, name=ns)
+    typed = {
+        "reason": request.POST.get("reason", "").strip(),
+        "confirm": request.POST.get("confirm", "").strip(),
+    }
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        if not typed["reason"]:
+            errors["reason"] = "A fence needs a reason: it goes to the audit log."
+        if typed["confirm"] != ns:
+            errors["confirm"] = f"Type the namespace's name, {ns}, exactly."
+        if not errors:
+            return _fence_requested(request, ns, typed["reason"])
+    context = _ctx(
+        request,
+        ns=namespace,
+        incident=selectors.incident(namespace),
+        typed=typed,
+        errors=errors,
+        home=home_of(ns),
+    )
+    return render(request, "oncall/fence.html", context, status=400 if errors else 200)
+
+
+def _fence_requested(request: HttpRequest, ns: str, reason: str) -> HttpResponse:
+    """The fence, made in this request (``oncall.services.fence``: nothing waits for a job), then its self-check
+    queued; the message says what is done and what is not yet."""
+    try:
+        done = oncall.fence(
+            principal=acting(request), namespace=ns, reason=reason, fence_id=_form_fence_id(request)
+        )
+    except ClaimError as exc:
+        report(request, exc)
+        return redirect(home_of(ns))
+    fenced = f"Fenced: epoch {done.scheduler_epoch}, new claims refused, every earlier claim ended."
+    try:
+        fence_epoch.delay(ns, reason, done.principal, str(done.fence_id))
+        messages.success(request, f"{fenced} Its self-check runs as a job; the verdict appears under Fences.")
+    except OperationalError:
+        # The broker is down: the fence stands; resend_fences sends its check when the queue is back.
+        messages.warning(
+            request,
+            f"{fenced} The self-check could not be queued (the job queue is unreachable): it runs when the queue "
+            f"is back. To check now, run `python manage.py fence_check {done.fence_id}` on a server.",
+        )
+    return redirect(home_of(ns))
+
+
+def _form_fence_id(request: HttpRequest) -> uuid.UUID | None:
+    """The id the fence form carries, so that a second submit of the same form fences nothing more."""
+    try:
+        return uuid.UUID(request.POST.get("fence_id", ""))
+    except ValueError:
+        return None
+
+
+@require_POST
+@role_required("oncall")
+def resume(request: HttpRequest, ns: str) -> HttpResponse:
+    back = redirect("console:overview") if request.POST.get("back") == "board" else redirect(home_of(ns))
+    reason = request.POST.get("reason", "").strip()
+    if not reason:
+        messages.error(request, "A resume needs a reason (it is audited).")
+        return back
+    try:
+        services.namespace_resume(principal=acting(request), namespace=ns, reason=reason)
+        messages.success(request, f"Claims resumed in {ns}.")
+    except ClaimError as exc:
+        report(request, exc)
+    return back
+
+
+@role_required("viewer")
+def pools(request: HttpRequest) -> HttpResponse:
+    namespace = request.GET.get("ns", "").strip()
+    return render(request, "oncall/pools.html", _ctx(request, **selectors.pools_page(namespace=namespace)))
+
+
+@role_required("viewer")
+def glance(request: HttpRequest) -> HttpResponse:
+    """Claims, fenced commits, reclaim latency and ready→commit over the last hour, per minute — from the metric
+    tallies (``claims.metrics.read_minutes``), bounded by the clock read first: its cost does not grow with the
+    hour's events, and an event written while the page renders waits for the next load."""
+    now = clock.now()
+    return render(request, "oncall/glance.html", _ctx(request, taken_at=now, **selectors.glance(now)))

@@ -1,0 +1,98 @@
+"""What the rollout adds to the on-call tools (``oncall.extensions``), registered when the app is ready: a
+namespace's stage, rollback and mismatches on the overview and the incident header, the legacy API's live
+claims in the drain figures and on the pools page, and the worker registrations as the pools page's rows."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.urls import reverse
+
+from claims.models import Namespace, Task
+from claims.ui import task_note
+from oncall import extensions
+from oncall.selectors import Lease, age_seconds, live_tasks
+
+from . import selectors
+from .legacy import legacy_store
+from .models import Mismatch, MismatchStatus, WorkerRegistration
+
+
+@extensions.namespace_facts
+def rollout_facts(namespace: Namespace, now: datetime) -> dict[str, Any]:
+    rollback = selectors.open_rollback(namespace.name)
+    snapshot = selectors.last_snapshot(namespace.name)
+    snapshot_age = age_seconds(snapshot.taken_at, now) if snapshot else None
+    behind = []
+    if snapshot is not None and selectors.snapshot_is_stale(snapshot, now):
+        behind.append(f"the last drain check ran {snapshot_age:.0f} s ago")
+    stage = selectors.stage_of(namespace)
+    gate = selectors.last_gate(namespace, stage)
+    return {
+        "stage": stage,
+        "next_stage": selectors.next_stage(stage),
+        # The gate out of the current stage as last recorded (only since the stage began), with its age.
+        "gate": gate,
+        "gate_age": age_seconds(gate.at, now) if gate else None,
+        "rollback": rollback,
+        "rollback_waits_on": selectors.drain_now(namespace) if rollback else None,
+        "last_drain_check_age": snapshot_age,
+        "jobs_behind": behind,
+        "mismatches": Mismatch.objects.filter(
+            namespace=namespace.name, status__in=[MismatchStatus.OPEN, MismatchStatus.BUG]
+        ).count(),
+    }
+
+
+@task_note
+def the_record_the_api_answers(task: Task) -> dict[str, Any] | None:
+    """In LEGACY and SHADOW the API's task read answers legacy's record (``selectors.legacy_view``), which decides
+    there; the console says so beside claim.v1's, and shows legacy's."""
+    stage = selectors.stage_of(task.namespace)
+    if stage not in selectors.LEGACY_READS:
+        return None
+    view = selectors.legacy_view(task)
+    return {
+        "store": "legacy",
+        "why": f"In {stage} legacy decides: GET /api/v1/tasks/{task.task_id} answers legacy's record "
+        "(read_from: legacy), not the claim.v1 record below.",
+        "record": {
+            "state": view.state,
+            "owner": view.owner_id,
+            "lease_expires_at": view.lease_expires_at,
+            "result_digest": view.result_digest,
+        },
+    }
+
+
+@extensions.namespace_pages
+def rollout_pages(name: str) -> list[dict[str, str]]:
+    return [
+        {"label": "rollout", "href": reverse("console:rollout", args=[name])},
+        {"label": "mismatches", "href": reverse("console:mismatches", args=[name])},
+    ]
+
+
+@extensions.extra_leases
+def legacy_leases(namespace: Namespace, now: datetime, pool: str | None) -> list[Lease]:
+    """Legacy-API claims, once: not claim.v1's own decisions written through, and not a claim that also lives in
+    claim.v1 as the same owner's live attempt (imported on entering SHADOW, or mirrored) — counted there."""
+    v1_holders = set(live_tasks(namespace, now).values_list("task_id", "owner_id"))
+    return [
+        Lease(namespace.name, row.task_id, row.owner_id, row.pool, "legacy")
+        for row in legacy_store().live_claims(namespace=namespace.name, now=now, pool=pool)
+        if row.via == "legacy" and (row.task_id, row.owner_id) not in v1_holders
+    ]
+
+
+@extensions.worker_rows
+def registrations(now: datetime, held: dict[tuple[str, str], int]) -> list[dict[str, Any]]:
+    return [
+        {
+            "reg": reg,
+            "held": held.get((reg.namespace, reg.principal), 0),
+            "stale": selectors.worker_is_stale(reg, now),
+        }
+        for reg in WorkerRegistration.objects.order_by("namespace", "pool", "principal")
+    ]

@@ -1,0 +1,96 @@
+"""The legacy protocol under /api/legacy/ (rollout.md), for today's worker binaries, to worker tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework.response import Response
+from rest_framework.serializers import Serializer
+from rest_framework.views import APIView
+
+from claims.apis import AuthedRequest, error_responses, parsed
+from claims.permissions import IsWorker
+from claims.serializers import OutcomeOut
+
+from . import serializers as s
+from .legacy import LegacyVerdict
+from .services.legacy_api import legacy_operation
+
+
+def _errors() -> dict:
+    return {
+        **error_responses(400, 401, 403, 404),
+        409: OpenApiResponse(
+            s.LegacyRefusedConflictOut,
+            description="HELD / NOT_OWNER (with the holder and expiry), PROTOCOL_TOO_OLD from V1_WRITES on, "
+            "CLAIMS_PAUSED.",
+        ),
+    }
+
+
+class _LegacyOperation(APIView):
+    """One legacy-API operation: parse, let ``services.legacy_api`` serve it as the stage says (a refusal is its
+    typed error), and answer legacy's verdict through ``out``."""
+
+    permission_classes = [IsWorker]
+    operation: str
+    input: type[Serializer]
+    out: type[Serializer]
+
+    def answer(self, verdict: LegacyVerdict) -> dict[str, Any]:
+        return {"outcome": verdict.word}
+
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
+        data = parsed(self.input, request)
+        served = legacy_operation(self.operation, principal=request.user, task_id=task_id, **data)
+        return Response(self.out(self.answer(served.verdict)).data)
+
+
+def _documented(operation_id: str, request: type, out: type, description: str = "") -> Any:
+    return extend_schema_view(
+        post=extend_schema(
+            operation_id=operation_id,
+            request=request,
+            tags=["legacy"],
+            responses={200: out, **_errors()},
+            description=description,
+        )
+    )
+
+
+@_documented(
+    "legacy_claim",
+    s.LegacyClaimIn,
+    s.LegacyClaimedOut,
+    "Legacy claim: 200 {owner_id, expires_at}; 409 {outcome: HELD, owner_id, expires_at} while another owner's "
+    "claim is unexpired; 409 PROTOCOL_TOO_OLD from V1_WRITES on.",
+)
+class LegacyClaimApi(_LegacyOperation):
+    operation, input, out = "claim", s.LegacyClaimIn, s.LegacyClaimedOut
+
+    def answer(self, verdict: LegacyVerdict) -> dict[str, Any]:
+        return {"owner_id": verdict.owner_id, "expires_at": verdict.expires_at}
+
+
+@_documented("legacy_heartbeat", s.LegacyClaimIn, s.LegacyHeartbeatOut)
+class LegacyHeartbeatApi(_LegacyOperation):
+    operation, input, out = "heartbeat", s.LegacyClaimIn, s.LegacyHeartbeatOut
+
+    def answer(self, verdict: LegacyVerdict) -> dict[str, Any]:
+        return {"expires_at": verdict.expires_at}
+
+
+@_documented("legacy_release", s.LegacyReleaseIn, OutcomeOut)
+class LegacyReleaseApi(_LegacyOperation):
+    operation, input, out = "release", s.LegacyReleaseIn, OutcomeOut
+
+
+@_documented(
+    "legacy_complete",
+    s.LegacyCompleteIn,
+    OutcomeOut,
+    "Unconditional: last write wins (that is the legacy protocol).",
+)
+class LegacyCompleteApi(_LegacyOperation):
+    operation, input, out = "complete", s.LegacyCompleteIn, OutcomeOut

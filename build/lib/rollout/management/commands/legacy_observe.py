@@ -1,0 +1,68 @@
+"""``manage.py legacy_observe``: observe mode (docs/adopting.md) — the team's workers keep writing their table; this
+follows its changes (PostgreSQL: logical decoding; MySQL/MariaDB: polling a 'changed' column) and judges each legacy
+decision with claim.v1 in shadow. ``--setup`` runs the pre-flight and creates what is missing (the publication, the slot); then it observes,
+every ``--interval`` seconds, until stopped (``--once``: one pass). The ``rollout.observe_legacy`` job does one pass
+on beat's schedule where ``ROLLOUT_LEGACY_OBSERVE`` is on."""
+
+from __future__ import annotations
+
+import time
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError
+
+from claims.models import Principal
+from rollout.services import observe, observers
+
+
+class Command(BaseCommand):
+    help = __doc__
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--setup", action="store_true", help="pre-flight, then the publication and the slot"
+        )
+        parser.add_argument(
+            "--resnapshot",
+            metavar="REASON",
+            help="the slot was invalidated (wal_status lost) or dropped: a new one, the gap audited (oncall's)",
+        )
+        parser.add_argument("--as", dest="principal", help="the oncall principal running --resnapshot")
+        parser.add_argument("--once", action="store_true", help="one pass, then exit")
+        parser.add_argument("--interval", type=float, default=1.0, help="seconds between passes")
+        parser.add_argument(
+            "--limit", type=int, default=1000, help="changes read per pass (whole transactions)"
+        )
+
+    def handle(self, *args, setup=False, once=False, interval=1.0, limit=1000, resnapshot=None, **options):
+        try:
+            if resnapshot:
+                who = Principal.objects.filter(name=options["principal"] or "").first()
+                if who is None:
+                    raise CommandError(
+                        "--resnapshot needs --as NAME, an oncall principal (issue_token --role oncall)"
+                    )
+                position = observe.resnapshot(principal=who, reason=resnapshot)
+                self.stdout.write(
+                    f"a new slot {position.name}; the gap is in the audit log (observer_resnapshot)"
+                )
+            elif setup:
+                position = observers.setup()
+                self.stdout.write(f"observing from {position.lsn} (slot {position.name})")
+            while True:
+                counts = observers.once(limit=limit)
+                if "skipped" in counts:  # another pass (the beat job, another command) holds the lock
+                    if once:
+                        raise CommandError("another observer is running a pass; try again")
+                    time.sleep(interval)
+                    continue
+                if counts["read"] or once:
+                    self.stdout.write(
+                        f"{counts['read']} read, {counts['judged']} legacy decisions judged, "
+                        f"{counts['unknown']} of tasks claim.v1 does not have"
+                    )
+                if once:
+                    return
+                time.sleep(interval)
+        except (observe.ObserveRefused, ImproperlyConfigured) as exc:
+            raise CommandError(str(exc)) from None

@@ -1,0 +1,99 @@
+"""Validation coverage on /metrics (claim-v1.md §8): ``claims_validation_total{point,validated}`` and
+``claims_validation_coverage_ratio{point}``. A request is validated when it is claim.v1's own — not one the rollout
+passed on from the legacy API (``TaskEvent.via``). The totals are the core's folded tallies plus the unfolded
+stretch (``claims.metrics.read_figures``: never a scan of the whole history); the ratio over the window comes from
+the selector the gates, the API and the console use (``selectors.validation_counts``), whose scan the window's time
+bounds. Registered by the app, so a core-only deployment has none."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+from django.conf import settings
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import REGISTRY, Collector
+
+from claims import clock
+from claims.metrics import read_figures
+from claims.models import Namespace
+
+from . import selectors
+
+
+class ValidationCollector(Collector):
+    def describe(self) -> list:
+        return []  # else registering would call collect(), i.e. query the database
+
+    def collect(self) -> Iterator:
+        total = CounterMetricFamily(
+            "claims_validation",
+            "Requests at acceptance points, validated or not.",
+            labels=["point", "validated"],
+        )
+        out, _ = read_figures()
+        for point in selectors.POINTS:
+            for validated in ("true", "false"):
+                total.add_metric(
+                    [point, validated], out[("claims_validation", f"point={point},validated={validated}")]
+                )
+        yield total
+        ratio = GaugeMetricFamily(
+            "claims_validation_coverage_ratio",
+            "Validated share of requests per point over ROLLOUT_WINDOW_SECONDS.",
+            labels=["point"],
+        )
+        since = clock.now() - timedelta(seconds=settings.ROLLOUT_WINDOW_SECONDS)
+        sums: dict[str, list[int]] = {point: [0, 0] for point in selectors.POINTS}
+        for namespace in Namespace.objects.all():  # per namespace: the index's time bound narrows each scan
+            for point, counts in selectors.validation_counts(namespace=namespace, since=since).items():
+                sums[point][0] += counts["validated"]
+                sums[point][1] += counts["total"]
+        for point, (checked, reached) in sums.items():
+            if reached:
+                ratio.add_metric([point], checked / reached)
+        yield ratio
+        pending = GaugeMetricFamily(
+            "rollout_legacy_writes_pending",
+            "claim.v1 decisions (V1_WRITES) not yet written through to a legacy table in another database.",
+            labels=["namespace"],
+        )
+        for name, count in selectors.legacy_writes_pending_by_namespace().items():
+            pending.add_metric([name], count)
+        yield pending
+        direct = GaugeMetricFamily(
+            "rollout_direct_legacy_writes",
+            "Observe mode, from V1_WRITES on: old binaries' writes straight to the legacy table, not yet reviewed.",
+            labels=["namespace"],
+        )
+        for name, count in selectors.direct_writes_by_namespace().items():
+            direct.add_metric([name], count)
+        yield direct
+        lag = GaugeMetricFamily(
+            "rollout_observer_lag_bytes",
+            "WAL of the legacy table's database the observer's slot still holds (observe mode), at its last pass.",
+            labels=["slot"],
+        )
+        behind = GaugeMetricFamily(
+            "rollout_observer_last_commit_age_seconds",
+            "Since the commit of the newest legacy transaction the observer judged.",
+            labels=["slot"],
+        )
+        now = clock.now()
+        for position in selectors.observer_positions():
+            if position.lag_bytes is not None:
+                lag.add_metric([position.name], position.lag_bytes)
+            if position.last_commit_at is not None:
+                behind.add_metric([position.name], (now - position.last_commit_at).total_seconds())
+        yield lag
+        yield behind
+
+
+_registered = False
+
+
+def register() -> None:
+    global _registered
+    if not _registered:
+        REGISTRY.register(ValidationCollector())
+        _registered = True

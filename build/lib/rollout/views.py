@@ -1,0 +1,274 @@
+"""The rollout's pages of the console (server-rendered): a namespace's rollout page, advance, rollback, waivers and
+mismatches. The on-call pages — overview, fence, resume, pools, glance — are the on-call app's (oncall/views.py).
+Every action checks the role and goes through a service, which writes the audit log with the principal."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.db.models import Count, Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from claims import clock
+from claims.errors import ClaimError
+from claims.models import (
+    Namespace,
+)
+from claims.services.principals import ui_role
+from claims.ui import LIVE_REFRESH_SECONDS, acting, report, role_required
+from oncall import selectors as oncall_selectors
+
+from . import console, selectors
+from .models import (
+    DrainSnapshot,
+    GateEvaluation,
+    Mismatch,
+    MismatchReason,
+    MismatchStatus,
+    Rollback,
+    StageChange,
+)
+from .services import stages
+from .services.reviews import explain_rule_create, mismatch_review
+
+
+def _ctx(request: HttpRequest, **extra) -> dict:
+    return {"ui_role": ui_role(request.user), **extra}
+
+
+def _linked(checklist: list[dict], ns: str) -> list[dict]:
+    """Each checklist row's ``link`` (a console page and its query) as an address."""
+    for row in checklist:
+        if row["link"]:
+            name, query = row["link"]
+            url = reverse(name, args=[ns] if name == "console:mismatches" else [])
+            row["href"] = f"{url}?{query}" if query else url
+    return checklist
+
+
+def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
+    stage = selectors.stage_of(ns)
+    gate = selectors.last_gate(ns, stage)
+    order = selectors.ORDER
+    here = order.index(stage)
+    steps = [{"stage": stage, "done": i < here, "current": i == here} for i, stage in enumerate(order)]
+    now = clock.now()
+    drains = {
+        label: DrainSnapshot.objects.filter(namespace=ns.name, pool=pool).order_by("-taken_at").first()
+        for label, pool in (("legacy pool", "legacy"), ("whole namespace", ""))
+    }
+    stale_drains = {label for label, snap in drains.items() if selectors.snapshot_is_stale(snap, now)}
+    coverage = selectors.coverage(ns)
+    return {
+        "taken_at": now,
+        "refresh_seconds": LIVE_REFRESH_SECONDS,
+        "stale_drains": stale_drains,
+        "drain_chart": console.drain_progress(ns.name),
+        "ns": ns,
+        "steps": steps,
+        "gate": gate,
+        "stage": stage,
+        "gate_age": oncall_selectors.age_seconds(gate.at) if gate else None,
+        "next_stage": selectors.next_stage(stage),
+        "earlier": order[:here],
+        "coverage": coverage,
+        "coverage_chart": console.coverage_chart(coverage),
+        "drains": drains,
+        "rollback": Rollback.objects.filter(namespace=ns.name).order_by("-started_at").first(),
+        "open_rollback": selectors.open_rollback(ns.name),
+        "incident": oncall_selectors.incident(ns, now),
+        "checklist": _linked(console.gate_checklist(ns, gate, coverage), ns.name),
+        "fences": oncall_selectors.fence_history(ns.name),
+        "changes": StageChange.objects.filter(namespace=ns.name).order_by("-at")[:10],
+        "last_gates": _last_gates(ns, stage),
+    }
+
+
+def _last_gates(ns: Namespace, stage: str) -> list[dict]:
+    """Every move's last recorded evaluation; only the one out of the current stage, recorded since the stage
+    began, is the gate now — the others are history (after a rollback the old forward gate read HOLDS)."""
+    order, started = selectors.ORDER, selectors.stage_started_at(ns)
+    rows = []
+    for a, b in zip(order, order[1:], strict=False):
+        move = f"{a} → {b}"
+        gate = GateEvaluation.objects.filter(namespace=ns.name, move=move).order_by("-at").first()
+        rows.append(
+            {"move": move, "g": gate, "current": gate is not None and a == stage and gate.at >= started}
+        )
+    return rows
+
+
+@role_required("viewer")
+def rollout_page(request: HttpRequest, ns: str) -> HttpResponse:
+    """The namespace's rollout page; ``?part=live`` (htmx polls it) renders only the live region — stage, epoch,
+    pause, gate, drain, rollback, fences — so the forms below keep what an operator is typing."""
+    namespace = get_object_or_404(Namespace, name=ns)
+    context = _ctx(request, **_rollout_context(request, namespace))
+    if request.GET.get("part") == "live":
+        return render(request, "rollout/_live.html", context)
+    return render(request, "rollout/rollout.html", context)
+
+
+@role_required("operator")
+def advance(request: HttpRequest, ns: str) -> HttpResponse:
+    """GET: the gate's figures and a confirm button. POST: advance (oncall may override with a reason)."""
+    namespace = get_object_or_404(Namespace, name=ns)
+    if request.method != "POST":
+        return render(
+            request, "rollout/confirm_advance.html", _ctx(request, **_rollout_context(request, namespace))
+        )
+    try:
+        stage, gate = stages.advance(
+            principal=acting(request),
+            namespace=ns,
+            to_stage=request.POST.get("to_stage", ""),
+            reason=request.POST.get("reason", ""),
+            override=bool(request.POST.get("override")),
+        )
+        messages.success(request, f"Advanced to {stage}. Gate {gate.move}: {gate.why}.")
+    except ClaimError as exc:
+        report(request, exc)
+    return redirect("console:rollout", ns=ns)
+
+
+@require_POST
+@role_required("oncall")
+def rollback(request: HttpRequest, ns: str) -> HttpResponse:
+    try:
+        done = stages.rollback(
+            principal=acting(request),
+            namespace=ns,
+            to_stage=request.POST.get("to_stage", ""),
+            reason=request.POST.get("reason", "").strip() or "rollback from the console",
+            force=bool(request.POST.get("force")),
+        )
+        if done.finished_at:
+            messages.success(request, f"Rolled back to {done.to_stage}. Claims stay paused until resumed.")
+        else:
+            messages.warning(
+                request, "Rollback started: fenced, waiting for the drain (see its progress below)."
+            )
+    except ClaimError as exc:
+        report(request, exc)
+    return redirect("console:rollout", ns=ns)
+
+
+@require_POST
+@role_required("operator")
+def waive(request: HttpRequest, ns: str) -> HttpResponse:
+    """Waive an acceptance point with no traffic in the window (reason required; audited by the service)."""
+    reason, point = request.POST.get("reason", "").strip(), request.POST.get("point", "")
+    if point not in selectors.POINTS:
+        messages.error(request, f"No acceptance point {point!r}: one of {', '.join(selectors.POINTS)}.")
+    elif not reason:
+        messages.error(request, f"A waiver of {point} needs a reason.")
+    else:
+        try:
+            stages.waive_coverage(principal=acting(request), namespace=ns, point=point, reason=reason)
+            messages.success(request, f"{point} waived for this stage: {reason}")
+        except ClaimError as exc:
+            report(request, exc)
+    return redirect("console:rollout", ns=ns)
+
+
+@role_required("viewer")
+def mismatches(request: HttpRequest, ns: str) -> HttpResponse:
+    namespace = get_object_or_404(Namespace, name=ns)
+    rows = Mismatch.objects.filter(namespace=ns)
+    reason, status = request.GET.get("reason", ""), request.GET.get("status", "")
+    if task_id := request.GET.get("task", ""):  # one task's mismatches (linked from its page)
+        rows = rows.filter(task_id=task_id)
+    if reason:
+        rows = rows.filter(reason=reason)
+    if status:
+        rows = rows.filter(status=status)
+    grouped = (
+        Mismatch.objects.filter(namespace=ns)
+        .values("reason")
+        .annotate(
+            total=Count("id"),
+            open=Count("id", filter=Q(status=MismatchStatus.OPEN)),
+            bug=Count("id", filter=Q(status=MismatchStatus.BUG)),
+        )
+        .order_by("-total")
+    )
+    return render(
+        request,
+        "rollout/mismatches.html",
+        _ctx(
+            request,
+            ns=namespace,
+            incident=oncall_selectors.incident(namespace),
+            rows=rows.order_by("-at")[:200],
+            grouped=grouped,
+            reason=reason,
+            status=status,
+            reasons=list(MismatchReason.values),
+            over_time=console.mismatches_per_hour(ns, clock.now()),
+            observed=selectors.observer_positions(),
+        ),
+    )
+
+
+@role_required("viewer")
+def mismatch_detail(request: HttpRequest, mismatch_id: int) -> HttpResponse:
+    mismatch = get_object_or_404(Mismatch, pk=mismatch_id)
+    return render(
+        request, "rollout/mismatch.html", _ctx(request, m=mismatch, **console.mismatch_drilldown(mismatch))
+    )
+
+
+@require_POST
+@role_required("operator")
+def mismatch_mark(request: HttpRequest, mismatch_id: int) -> HttpResponse:
+    try:
+        mismatch = mismatch_review(
+            principal=acting(request),
+            mismatch_id=mismatch_id,
+            status=request.POST.get("status", ""),
+            note=request.POST.get("note", ""),
+        )
+        messages.success(request, f"Mismatch {mismatch.pk} marked {mismatch.status}.")
+        if request.POST.get("rule"):
+            explain_rule_create(
+                principal=acting(request),
+                namespace=mismatch.namespace,
+                reason=mismatch.reason,
+                note=request.POST.get("note", ""),
+            )
+            messages.success(request, f"Future {mismatch.reason} mismatches will be marked EXPLAINED.")
+    except ClaimError as exc:
+        report(request, exc)
+    return redirect("console:mismatch", mismatch_id=mismatch_id)
+
+
+@require_POST
+@role_required("operator")
+def mismatches_review(request: HttpRequest, ns: str) -> HttpResponse:
+    """Review several mismatches of the namespace with one note: each through the review service (its own
+    transaction, audited), and what was refused is said."""
+    ids = [int(i) for i in request.POST.getlist("ids") if i.isdigit() and len(i) < 19]  # bigints only
+    chosen = list(Mismatch.objects.filter(namespace=ns, pk__in=ids).values_list("pk", flat=True))
+    if not chosen:
+        messages.error(request, "Select at least one mismatch to review.")
+        return redirect("console:mismatches", ns=ns)
+    done = 0
+    for mismatch_id in chosen:
+        try:
+            mismatch_review(
+                principal=acting(request),
+                mismatch_id=mismatch_id,
+                status=request.POST.get("status", ""),
+                note=request.POST.get("note", ""),
+            )
+            done += 1
+        except ClaimError as exc:
+            report(request, exc)
+            break
+    if done:
+        messages.success(
+            request, f"{done} mismatch{'es' if done != 1 else ''} marked {request.POST.get('status')}."
+        )
+    return redirect("console:mismatches", ns=ns)
