@@ -1,0 +1,100 @@
+"""``claimctl run`` as a supervisor a team can trust (issue 25, point 3): the server, the worker and beat are three
+processes — beat never a ``--beat`` child that outlives its worker — and whichever of the four is SIGKILLed (the
+supervisor itself included), nothing is left running: the supervisor stops the others when one dies, and each
+child gets SIGTERM from the kernel when the supervisor dies (``PR_SET_PDEATHSIG``). Before, ``make serve``'s trap
+re-triggered itself on Ctrl-C, and a SIGKILLed ``celery worker --beat`` left its beat sending jobs for minutes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import httpx
+import pytest
+
+from deploy.topology import Process, free_port
+from tests.deploy.test_clean_install import _descendants, _running
+from tests.support.processes import wait_for
+
+
+def _start(tmp_path) -> tuple[Process, str]:
+    port = free_port()
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/root",
+        "CONTROLPLANE_VAR_DIR": str(tmp_path / "var"),
+        "PORT": str(port),
+        "SECRET_KEY": "supervise-" + "k" * 40 + "abcdefgh",
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+    }
+    run = Process("claimctl-run", [sys.executable, "-m", "controlplane.cli", "run"], env, tmp_path).start()
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        assert run.alive(), run.log()[-3000:]
+        try:
+            return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    assert wait_for(ready, 60), run.log()[-3000:]
+    assert wait_for(lambda: len(_children(run)) == 3, 20), run.log()[-3000:]
+    return run, url
+
+
+def _children(run: Process) -> dict[str, int]:
+    """The supervisor's three children by role, from their command lines."""
+    assert run.proc is not None
+    found = {}
+    for pid in _descendants(run.proc.pid):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+        except FileNotFoundError:
+            continue
+        for role, mark in (("web", "runserver"), ("worker", " worker "), ("beat", " beat ")):
+            if mark in cmdline and role not in found:
+                found[role] = pid
+    return found
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("victim", ["supervisor", "web", "worker", "beat"])
+def test_whichever_process_is_killed_nothing_is_left_running(victim, tmp_path):
+    run, _ = _start(tmp_path)
+    assert run.proc is not None
+    family = _descendants(run.proc.pid) | {run.proc.pid}
+    roles = _children(run)
+    assert set(roles) == {"web", "worker", "beat"}  # beat is a process of its own
+
+    target = run.proc.pid if victim == "supervisor" else roles[victim]
+    started = time.monotonic()
+    os.kill(target, signal.SIGKILL)
+
+    assert wait_for(lambda: not _running(family), 60), (victim, _running(family), run.log()[-3000:])
+    took = time.monotonic() - started
+    assert took < 45, took
+    if victim != "supervisor":
+        run.proc.wait(10)
+        assert run.proc.returncode != 0  # the supervisor says a process died: it is not a clean stop
+        assert f"claimctl run: {victim} ended" in run.log(), run.log()[-3000:]
+
+
+@pytest.mark.timeout(120)
+def test_one_sigint_stops_all_three_with_a_line_each_and_no_traceback(tmp_path):
+    run, url = _start(tmp_path)
+    assert run.proc is not None
+    family = _descendants(run.proc.pid)
+
+    run.proc.send_signal(
+        signal.SIGINT
+    )  # what Ctrl-C sends the supervisor (its children are in their own groups)
+    run.proc.wait(45)
+
+    assert run.proc.returncode == 0 and wait_for(lambda: not _running(family), 10)
+    log = run.log()
+    lines = [line for line in log.splitlines() if line.startswith("claimctl run:")]
+    assert sorted(line.split()[2] for line in lines) == ["beat", "web", "worker"], log[-3000:]
+    assert "Traceback" not in log and "Warm shutdown" in log, log[-3000:]
+    assert log.count("Warm shutdown") == 1, log[-3000:]  # one line, not thousands
