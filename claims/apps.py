@@ -10,9 +10,11 @@ class ClaimsConfig(AppConfig):
 
     def ready(self) -> None:
         from . import (  # noqa: F401  (registers the OpenAPI auth extension)
+            job_signals,
             metrics,
             schema,
             tasks,  # noqa: F401  (registers the jobs a service sends by name: services.dispatching.enqueue)
         )
 
         metrics.register()
+        job_signals.connect()

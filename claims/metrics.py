@@ -107,6 +107,34 @@ class ClaimsCollector(Collector):
         )
         age.add_metric([], (clock.now() - folded_at).total_seconds() if folded_at else float("nan"))
         yield age
+        yield from _job_families()
+
+
+def _job_families() -> Iterator:
+    """Each job's seconds since its last successful run (+Inf: none recorded), the interval beat runs it at, and
+    its runs of the last hour by outcome — the Jobs page's figures (``selectors.jobs_overview``)."""
+    age = GaugeMetricFamily(
+        "claims_job_last_success_age_seconds",
+        "Seconds since the job last finished successfully (+Inf: no success recorded).",
+        labels=["task"],  # not "job": Prometheus gives every scraped series its own job label
+    )
+    interval = GaugeMetricFamily(
+        "claims_job_interval_seconds", "How often beat sends the job (periodic jobs only).", labels=["task"]
+    )
+    runs = GaugeMetricFamily(
+        "claims_job_runs_last_hour",
+        "The job's runs that finished in the last hour, by outcome.",
+        labels=["task", "outcome"],
+    )
+    for job in selectors.jobs_overview(clock.now(), runs=0):
+        age.add_metric([job["job"]], job["age"] if job["age"] is not None else float("inf"))
+        if job["interval"] is not None:
+            interval.add_metric([job["job"]], job["interval"])
+        for outcome, n in job["hour"].items():
+            runs.add_metric([job["job"], outcome], n)
+    yield age
+    yield interval
+    yield runs
 
 
 _registered = False

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 
 from . import clock, interleave, tallies
 from .errors import NotFound
@@ -18,6 +18,7 @@ from .models import (
     Effect,
     EffectState,
     EventKind,
+    JobRun,
     MetricFold,
     MinuteTally,
     Namespace,
@@ -346,3 +347,63 @@ def read_minutes(*, now: datetime, minutes: int = 60) -> tuple[list[datetime], d
             for key, value in tallies.per_minute(since=since, until=now).items():
                 out[key] += value
     return window, out
+
+
+# --- the jobs: their schedule, their recorded runs --------------------------------------------------------------
+
+
+def job_intervals() -> dict[str, float]:
+    """Each periodic job's interval in seconds, from beat's schedule (the settings)."""
+    from django.conf import settings
+
+    out: dict[str, float] = {}
+    entries: dict[str, dict[str, Any]] = settings.CELERY_BEAT_SCHEDULE
+    for entry in entries.values():
+        schedule = entry["schedule"]
+        seconds = schedule if isinstance(schedule, int | float) else schedule.run_every.total_seconds()
+        out[str(entry["task"])] = float(seconds)
+    return out
+
+
+def jobs_overview(now: datetime, *, runs: int = 10) -> list[dict[str, Any]]:
+    """Every job that is scheduled or has run: its interval (periodic ones), when it last succeeded and how long
+    ago, whether it is behind (no success within two intervals), its outcomes over the last hour, and its last
+    ``runs`` runs with their durations and errors — what the Jobs page shows and /metrics' job families expose."""
+    intervals = job_intervals()
+    hour_ago = now - timedelta(hours=1)
+    per_job = {
+        row["job"]: row
+        for row in JobRun.objects.values("job").annotate(
+            last_success=Max("finished_at", filter=Q(outcome="SUCCESS")),
+            success_hour=Count("id", filter=Q(outcome="SUCCESS", finished_at__gte=hour_ago)),
+            failure_hour=Count("id", filter=Q(outcome="FAILURE", finished_at__gte=hour_ago)),
+            retry_hour=Count("id", filter=Q(outcome="RETRY", finished_at__gte=hour_ago)),
+        )
+    }
+    out = []
+    for job in sorted(set(intervals) | set(per_job)):
+        row = per_job.get(job, {})
+        last_success = row.get("last_success")
+        age = (now - last_success).total_seconds() if last_success else None
+        interval = intervals.get(job)
+        out.append(
+            {
+                "job": job,
+                "interval": interval,
+                "last_success": last_success,
+                "age": age,
+                "behind": interval is not None and (age is None or age > 2 * interval),
+                "hour": {
+                    "SUCCESS": row.get("success_hour", 0),
+                    "FAILURE": row.get("failure_hour", 0),
+                    "RETRY": row.get("retry_hour", 0),
+                },
+                "runs": [
+                    {**run, "seconds": round((run["finished_at"] - run["started_at"]).total_seconds(), 3)}
+                    for run in JobRun.objects.filter(job=job)
+                    .order_by("-finished_at")
+                    .values("started_at", "finished_at", "outcome", "error")[:runs]
+                ],
+            }
+        )
+    return out

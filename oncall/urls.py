@@ -21,4 +21,5 @@ console_pages = [
     path("ns/<ns:ns>/resume", views.resume, name="resume"),
     path("pools/", views.pools, name="pools"),
     path("glance/", views.glance, name="glance"),
+    path("jobs/", views.jobs, name="jobs"),
 ]

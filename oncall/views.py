@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 from kombu.exceptions import OperationalError
 
 from claims import clock, services
+from claims import selectors as core_selectors
 from claims.errors import ClaimError
 from claims.models import Namespace
 from claims.services.principals import ui_role
@@ -142,6 +143,17 @@ def resume(request: HttpRequest, ns: str) -> HttpResponse:
 def pools(request: HttpRequest) -> HttpResponse:
     namespace = request.GET.get("ns", "").strip()
     return render(request, "oncall/pools.html", _ctx(request, **selectors.pools_page(namespace=namespace)))
+
+
+@role_required("viewer")
+def jobs(request: HttpRequest) -> HttpResponse:
+    """Every job — scheduled by beat or sent by a service — with its interval, its last success and whether it is
+    behind (none within two intervals: the alert JobBehind pages then, linking here), its outcomes in the last
+    hour, and its last runs with their durations and errors (``claims.selectors.jobs_overview``, /metrics' figures)."""
+    now = clock.now()
+    return render(
+        request, "oncall/jobs.html", _ctx(request, jobs=core_selectors.jobs_overview(now), taken_at=now)
+    )
 
 
 @role_required("viewer")

@@ -21,7 +21,7 @@ from .core import (
     Token,
 )
 from .effects import DispatchIntent, DispatchState, Effect, EffectEvent, EffectState
-from .metrics import MetricFold, MetricTally, MinuteTally
+from .metrics import JobRun, MetricFold, MetricTally, MinuteTally
 from .resources import Resource, ResourceKey, TaskResource
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "EffectEvent",
     "EffectState",
     "EventKind",
+    "JobRun",
     "MetricFold",
     "MetricTally",
     "MinuteTally",

@@ -44,3 +44,19 @@ class MinuteTally(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["minute", "namespace_id", "series"], name="minute_tally_once")
         ]
+
+
+class JobRun(models.Model):
+    """One finished run of a Celery job — any app's — appended when it ends (``services.jobs.job_record``, from
+    Celery's signals): what the Jobs page lists and /metrics' job ages and outcome counts read. A run killed
+    before it ended leaves no row; its job's age since the last success keeps growing, which is what pages
+    someone. Kept ``JOB_RUNS_KEEP_HOURS``."""
+
+    job = models.CharField(max_length=100)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    outcome = models.CharField(max_length=16)  # SUCCESS | FAILURE | RETRY
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["job", "-finished_at"], name="jobrun_job_finished")]

@@ -109,6 +109,8 @@ class _Middleware(list):
 
 MIDDLEWARE = _Middleware(
     [
+        # Every request's time by route, for /metrics (thread-free under ASGI).
+        "controlplane.middleware.RequestLatency",
         # Django's and WhiteNoise's, thread-free under ASGI (controlplane/middleware.py).
         "controlplane.middleware.SecurityMiddleware",
         "controlplane.middleware.StaticFiles",
@@ -354,6 +356,8 @@ API_LIST_COUNT_CAP = env_int("API_LIST_COUNT_CAP", 1000, minimum=100)
 # /metrics reads folded tallies plus what was written since the last fold (the `fold_metrics` beat job): records
 # stamped this long before the fold's clock (or before the oldest open transaction began) are folded.
 METRICS_FOLD_LAG_SECONDS = env_int("METRICS_FOLD_LAG_SECONDS", 30, minimum=1, maximum=3600)
+# Every Celery job's finished runs are recorded (claims.JobRun: the Jobs page, /metrics' job ages) and kept this long.
+JOB_RUNS_KEEP_HOURS = env_int("JOB_RUNS_KEEP_HOURS", 24, minimum=1, maximum=24 * 90)
 
 # --- rollout (rollout.md) -------------------------------------------------------------------------------
 ROLLOUT_WINDOW_SECONDS = env_int("ROLLOUT_WINDOW_SECONDS", 3600, minimum=1)

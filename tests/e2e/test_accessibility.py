@@ -78,7 +78,7 @@ def test_every_console_page_passes_axe_and_fits_the_screen(page, live_server, ax
     problems = {}
     for path in [
         "/", "/ns/default/", "/ns/default/fence", "/ns/default/mismatches", f"/mismatches/{mismatch.pk}",
-        "/tasks/", f"/tasks/{task_id}", "/effects/", "/audit/", "/pools/", "/glance/", "/no/such/page/",
+        "/tasks/", f"/tasks/{task_id}", "/effects/", "/audit/", "/pools/", "/glance/", "/jobs/", "/no/such/page/",
     ]:  # fmt: skip
         page.goto(f"{live_server.url}{path}")
         found = _violations(page, axe)
