@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run serve test lint format migrate bench model clean
+.PHONY: run serve test lint format migrate bench model clean screenshots
 
 # What running needs, and nothing else (the package and its pinned dependencies: no test or lint tool).
 $(BIN)/.runtime: pyproject.toml
@@ -52,6 +52,12 @@ test: lint
 	-@scripts/install-mysql-client.sh
 	$(BIN)/pytest
 	$(BIN)/pytest tests/claims tests/oncall --ds=controlplane.settings.test_core -p no:cacheprovider
+
+# The console's screenshots for docs/operations.md, taken by the browser tests (which otherwise write them to a
+# temporary folder: `make test` leaves the clone as it found it).
+screenshots: $(BIN)/.installed
+	-@scripts/install-browser.sh
+	CONSOLE_SCREENSHOTS=docs $(BIN)/pytest tests/e2e -p no:cacheprovider
 
 # ruff; import-linter's contracts (the core never imports the on-call tools or the rollout, the on-call tools never
 # the rollout; layers; no import circle anywhere); mypy with django-stubs and djangorestframework-stubs.

@@ -10,6 +10,7 @@ class ClaimsConfig(AppConfig):
 
     def ready(self) -> None:
         from . import (  # noqa: F401  (registers the OpenAPI auth extension)
+            checks,  # the deploy checks
             job_signals,
             metrics,
             schema,

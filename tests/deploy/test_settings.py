@@ -47,6 +47,13 @@ def test_the_deploy_check_passes_with_the_example_production_environment():
     assert "System check identified no issues" in checked.stdout
 
 
+def test_the_examples_placeholder_secret_fails_the_deploy_check_until_changed():
+    checked = _manage("check", "--deploy", "--fail-level", "WARNING", **_example_env())
+
+    assert checked.returncode != 0
+    assert "claims.E001" in checked.stderr and "placeholder" in checked.stderr
+
+
 def test_without_the_https_settings_the_deploy_check_fails_naming_each():
     env = {
         k: v

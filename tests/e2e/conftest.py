@@ -1,15 +1,23 @@
 """Headless Chromium (Debian's, installed by scripts/install-browser.sh) driven by Playwright against the live
-server. Screenshots land in docs/screenshots/ — the runbook (docs/operations.md) shows them."""
+server. Screenshots land outside the checkout (a folder in the system's temporary directory), so `make test` leaves
+the clone as it found it; `make screenshots` (CONSOLE_SCREENSHOTS=docs) writes them to docs/screenshots/, which the
+runbook (docs/operations.md) shows."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+DOCS_SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+SHOTS = (
+    DOCS_SHOTS
+    if os.environ.get("CONSOLE_SCREENSHOTS") == "docs"
+    else Path(tempfile.gettempdir()) / "claim-control-plane-screenshots"
+)
 
 
 @pytest.fixture(scope="session")
