@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run serve test lint format migrate bench model clean screenshots
+.PHONY: run serve test lint format migrate bench model clean screenshots schema
 
 # What running needs, and nothing else (the package and its pinned dependencies: no test or lint tool).
 $(BIN)/.runtime: pyproject.toml
@@ -52,6 +52,10 @@ test: lint
 	-@scripts/install-mysql-client.sh
 	$(BIN)/pytest
 	$(BIN)/pytest tests/claims tests/oncall --ds=controlplane.settings.test_core -p no:cacheprovider
+
+# The OpenAPI schema the clients are built from (clients/openapi.json; a test fails when it is stale).
+schema: $(BIN)/.runtime
+	$(BIN)/claimctl manage spectacular --format openapi-json --file clients/openapi.json
 
 # The console's screenshots for docs/operations.md, taken by the browser tests (which otherwise write them to a
 # temporary folder: `make test` leaves the clone as it found it).

@@ -34,7 +34,7 @@ def test_the_typescript_client_claims_commits_and_is_refused_fenced_when_late(li
     schema.write_bytes(httpx.get(f"{live_server.url}/api/v1/schema/?format=json", timeout=30).content)
     if not (TS / "node_modules").exists():
         _run("npm", "ci", "--no-audit", "--no-fund")
-    _run("npx", "openapi-typescript", str(schema), "-o", "src/schema.d.ts")
+    _run("npx", "openapi-typescript", str(schema), "-o", "src/schema.ts")
     _run("npx", "tsc", "-p", "tsconfig.json")  # type-checked against the live schema
     operator = make_actor("olivia-operator", "operator")
     worker = make_actor("ts-worker", "worker")

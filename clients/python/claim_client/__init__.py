@@ -27,7 +27,7 @@ from .errors import (
 from .outcomes import *  # noqa: F403 - one exception class per outcome word
 from .outcomes import BY_OUTCOME
 
-__version__ = "0.2.0"
+__version__ = "1.9.0"
 __all__ = [
     "BY_OUTCOME",
     "Claim",
