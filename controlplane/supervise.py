@@ -65,7 +65,9 @@ def processes(host: str, port: str, loglevel: str = "WARNING") -> dict[str, list
     }
 
 
-def supervise(commands: dict[str, list[str]], *, stop_seconds: float = STOP_SECONDS) -> int:
+def supervise(
+    commands: dict[str, list[str]], *, stop_seconds: float = STOP_SECONDS, label: str = "claimctl run"
+) -> int:
     """Start every command; return when one ends (its status) or on SIGINT/SIGTERM (0), all of them stopped."""
     stopping = {"signal": 0}
 
@@ -90,7 +92,7 @@ def supervise(commands: dict[str, list[str]], *, stop_seconds: float = STOP_SECO
                 )
                 break
             time.sleep(0.2)
-        _stop(children, stop_seconds)
+        _stop(children, stop_seconds, label)
         return status
     finally:
         for sig, handler in previous.items():
@@ -104,7 +106,7 @@ def _signal_group(child: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def _stop(children: dict[str, subprocess.Popen], stop_seconds: float) -> None:
+def _stop(children: dict[str, subprocess.Popen], stop_seconds: float, label: str) -> None:
     for child in children.values():
         if child.poll() is None:
             _signal_group(child, signal.SIGTERM)
@@ -118,7 +120,7 @@ def _stop(children: dict[str, subprocess.Popen], stop_seconds: float) -> None:
             child.wait()
             how = f"killed after {stop_seconds:.0f} s"
         _signal_group(child, signal.SIGKILL)  # whatever it left in its group
-        print(f"claimctl run: {name} {how}", file=sys.stderr, flush=True)
+        print(f"{label}: {name} {how}", file=sys.stderr, flush=True)
 
 
 def run_production(argv: Sequence[str]) -> int:
@@ -138,7 +140,7 @@ def run_production(argv: Sequence[str]) -> int:
     commands["beat"] = [
         python, "-m", "controlplane.cli", "beat", "--schedule", settings.CELERY_BEAT_SCHEDULE_FILENAME,
     ]  # fmt: skip
-    return supervise(commands)
+    return supervise(commands, label="claimctl up")
 
 
 def run_embedded(argv: Sequence[str]) -> int:

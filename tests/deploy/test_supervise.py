@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from deploy.topology import Process, free_port
+from deploy.topology import ROOT, Process, free_port
 from tests.deploy.test_clean_install import _descendants, _running
 from tests.support.processes import wait_for
 
@@ -98,3 +98,47 @@ def test_one_sigint_stops_all_three_with_a_line_each_and_no_traceback(tmp_path):
     assert sorted(line.split()[2] for line in lines) == ["beat", "web", "worker"], log[-3000:]
     assert "Traceback" not in log and "Warm shutdown" in log, log[-3000:]
     assert log.count("Warm shutdown") == 1, log[-3000:]  # one line, not thousands
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(180)
+def test_make_serves_supervisor_stops_gunicorn_workers_and_beat_on_one_sigterm(tmp_path):
+    """`make serve` = `claimctl up`: gunicorn, N Celery workers and one beat on PostgreSQL and Redis — one SIGTERM,
+    a line each, nothing left (its trap used to re-trigger itself and leave a worker behind)."""
+    from tests.support.processes import _redis_broker, server_env
+
+    broker = _redis_broker()
+    if broker is None:
+        pytest.skip("needs a reachable Redis in CELERY_BROKER_URL (redis://…); .ci/run sets one")
+    port = free_port()
+    env = server_env(
+        CELERY_BROKER_URL=broker, BIND=f"127.0.0.1:{port}", WEB_CONCURRENCY="1",
+        CONTROLPLANE_VAR_DIR=str(tmp_path / "var"), PYTHONPATH=str(ROOT),
+    )  # fmt: skip
+    up = Process(
+        "claimctl-up", [sys.executable, "-m", "controlplane.cli", "up", "--workers", "2"], env, tmp_path
+    )
+    up.start()
+    assert up.proc is not None
+
+    def ready() -> bool:
+        assert up.alive(), up.log()[-3000:]
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    assert wait_for(ready, 60), up.log()[-3000:]
+    assert wait_for(lambda: up.log().count("ready.") >= 2, 60), up.log()[-3000:]  # both Celery workers
+    family = _descendants(up.proc.pid)
+
+    up.proc.send_signal(signal.SIGTERM)
+    up.proc.wait(60)
+
+    assert up.proc.returncode == 0 and wait_for(lambda: not _running(family), 10), up.log()[-3000:]
+    lines = [line for line in up.log().splitlines() if line.startswith("claimctl up:")]
+    assert sorted(line.split()[2] for line in lines) == ["beat", "web", "worker1", "worker2"], up.log()[
+        -3000:
+    ]
+    assert all(" stopped (" in line for line in lines) and "Traceback" not in up.log(), up.log()[-3000:]
