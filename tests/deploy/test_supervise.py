@@ -11,11 +11,10 @@ import signal
 import sys
 import time
 
-import httpx
 import pytest
 
 from deploy.topology import ROOT, Process, free_port
-from tests.deploy.test_clean_install import _descendants, _running
+from tests.deploy.test_clean_install import _descendants, _ready, _running
 from tests.support.processes import wait_for
 
 
@@ -31,15 +30,7 @@ def _start(tmp_path) -> tuple[Process, str]:
     }
     run = Process("claimctl-run", [sys.executable, "-m", "controlplane.cli", "run"], env, tmp_path).start()
     url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        assert run.alive(), run.log()[-3000:]
-        try:
-            return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    assert wait_for(ready, 60), run.log()[-3000:]
+    _ready(url, run)
     assert wait_for(lambda: len(_children(run)) == 3, 20), run.log()[-3000:]
     return run, url
 
@@ -121,15 +112,7 @@ def test_make_serves_supervisor_stops_gunicorn_workers_and_beat_on_one_sigterm(t
     )
     up.start()
     assert up.proc is not None
-
-    def ready() -> bool:
-        assert up.alive(), up.log()[-3000:]
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    assert wait_for(ready, 60), up.log()[-3000:]
+    _ready(f"http://127.0.0.1:{port}", up)
     assert wait_for(lambda: up.log().count("ready.") >= 2, 60), up.log()[-3000:]  # both Celery workers
     family = _descendants(up.proc.pid)
 
