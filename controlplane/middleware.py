@@ -55,15 +55,22 @@ class XFrameOptionsMiddleware(_Inline, _XFrameOptions):
     pass
 
 
-class StaticFiles(_WhiteNoise):
+class _BothModes:
+    """A middleware that runs in the server's mode: its own ``__acall__`` under ASGI, no thread."""
+
     sync_capable = True
     async_capable = True
 
-    def __init__(self, get_response=None):
-        super().__init__(get_response)
+    def _take_mode(self, get_response) -> None:
         self.async_mode = iscoroutinefunction(get_response)
         if self.async_mode:
             markcoroutinefunction(self)
+
+
+class StaticFiles(_BothModes, _WhiteNoise):
+    def __init__(self, get_response=None):
+        super().__init__(get_response)
+        self._take_mode(get_response)
 
     def __call__(self, request):
         if self.async_mode:
@@ -123,20 +130,15 @@ class CsrfViewMiddleware(_ConsoleOnly, _Csrf):
         return await sync_to_async(super().process_view)(request, callback, callback_args, callback_kwargs)
 
 
-class RequestLatency:
+class RequestLatency(_BothModes):
     """``claims_http_request_duration_seconds{route, method, status}``: each request's time in this process, by
     its URL pattern (not its path: one series per route, whatever the ids), on /metrics. Thread-free under ASGI;
     the histogram is this process's own (prometheus_client's registry), so behind one port shared by several
     server processes a scrape sees the process that answered it (docs/deployment.md, "Metrics")."""
 
-    sync_capable = True
-    async_capable = True
-
     def __init__(self, get_response):
         self.get_response = get_response
-        self.async_mode = iscoroutinefunction(get_response)
-        if self.async_mode:
-            markcoroutinefunction(self)
+        self._take_mode(get_response)
 
     def __call__(self, request):
         if self.async_mode:
