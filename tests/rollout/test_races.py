@@ -10,7 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from claims.models import Attempt, AuditEntry, Namespace, StagedResult, Task
-from rollout.models import ComparedOperation, LegacyClaim, LegacyEvent, Mismatch, StageChange
+from rollout.models import ComparedOperation, LegacyClaim, LegacyEvent, Mismatch, Rollback, StageChange
 from tests.support.actors import make_actor
 from tests.support.races import (
     Pause,
@@ -133,6 +133,36 @@ def test_an_advance_while_a_rollback_is_open_is_refused_with_its_own_word(operat
         assert response.status_code == 409 and response.json()["outcome"] == "ROLLBACK_IN_PROGRESS"
     assert stage_of(namespace) == "V1_READS"
     assert not StageChange.objects.filter(namespace=namespace).exists()
+
+
+@pytest.mark.postgres
+def test_two_rollbacks_asked_at_once_start_one_and_the_other_says_so(operator):
+    """Issue 24: two on-call engineers roll back at once while the namespace row is held. The second decides under
+    the lock the first took (the open Rollback row, FOR UPDATE): one rollback, one fence, and the other answered
+    409 ROLLBACK_IN_PROGRESS — before, it answered 202 "started" and changed nothing."""
+    oncall = make_actor("oncall-rb", "oncall")
+    namespace = _ns(operator, "twice-at-once", "V1_READS")
+    old = make_actor("legacy-holder", "worker", "legacy")
+    held = operator.create(namespace=namespace, node_id="long").json()["task_id"]
+    assert _legacy(old, held, "claim", ttl_seconds=300).status_code == 200  # the drain waits on it
+    epoch = Namespace.objects.get(name=namespace).scheduler_epoch
+
+    def roll_back():
+        return oncall.post(
+            f"/namespaces/{namespace}/rollout/rollback", {"to_stage": "SHADOW", "reason": "incident"}
+        )
+
+    with row_locked("SELECT 1 FROM claims_namespace WHERE name = %s FOR UPDATE", [namespace]):
+        first, one = run_in_thread(roll_back)
+        second, two = run_in_thread(roll_back)
+        wait_for_lock_waiters(2)
+    first.join(30), second.join(30)
+
+    answers = sorted((box["value"].status_code, box["value"].json()["outcome"]) for box in (one, two))
+    assert answers == [(202, "ROLLBACK_STARTED"), (409, "ROLLBACK_IN_PROGRESS")]
+    assert Rollback.objects.filter(namespace=namespace).count() == 1
+    assert Namespace.objects.get(name=namespace).scheduler_epoch == epoch + 1  # one fence
+    assert stage_of(namespace) == "V1_READS"
 
 
 # --- A27: resume while a rollback is open -------------------------------------------------------------------

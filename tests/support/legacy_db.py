@@ -13,6 +13,7 @@ from datetime import UTC
 from django.conf import settings
 from django.db import connections
 
+from examples.legacy_jobs.app import MAPPING  # the example application's table is the one the tests use
 from rollout import legacy, legacy_table
 
 ALIASES = [alias for alias in ("legacy", "legacy_mysql") if alias in connections]
@@ -69,17 +70,6 @@ class Their:
             name
             for (name,) in self.sql("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
         }
-
-
-MAPPING = {
-    "table": "jobs",
-    "key": "job_id",
-    "owner": "locked_by",
-    "expires": "locked_until",
-    "result": "output",
-    "completed": "finished_by",
-    "namespace_column": "queue",
-}
 
 
 def aware(value):
