@@ -18,7 +18,7 @@ from django.db import transaction
 from django.db.models import F
 
 from claims import clock, selectors, services
-from claims.errors import Fenced, Forbidden
+from claims.errors import Fenced, Forbidden, Invalid
 from claims.locks import singleton
 from claims.models import AuditEntry, Principal, Role, Task, TaskState
 from claims.services import audit
@@ -36,6 +36,11 @@ def fence(
     if principal.role != Role.ONCALL:
         raise Forbidden("an epoch fence is oncall's")
     fence_id = fence_id or uuid.uuid4()
+    # A request's namespace never changes: an id already used for another namespace (a form from another page)
+    # would otherwise "find" that fence and fence nothing here.
+    elsewhere = FenceRequest.objects.filter(pk=fence_id).exclude(namespace=namespace).values_list("namespace")
+    if (other := elsewhere.first()) is not None:
+        raise Invalid({"fence_id": [f"this fence form belongs to namespace {other[0]}, not {namespace}"]})
     with transaction.atomic(durable=True):
         services.epoch_fence(principal=principal, namespace=namespace, reason=reason, fence_id=fence_id)
         existing = FenceRequest.objects.filter(pk=fence_id).first()

@@ -69,7 +69,9 @@ def epoch_fence(
         ns = namespace_lock(name=namespace)
         if (
             fence_id is not None
-            and AuditEntry.objects.filter(action="epoch_fence", target=f"fence:{fence_id}").exists()
+            and AuditEntry.objects.filter(
+                action="epoch_fence", target=f"fence:{fence_id}", namespace=namespace
+            ).exists()
         ):
             return Namespace.objects.get(pk=ns.id)
         epoch = ns.scheduler_epoch + 1

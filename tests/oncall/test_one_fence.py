@@ -117,3 +117,21 @@ def test_one_form_submitted_twice_at_once_fences_once():
     assert Namespace.objects.get(name="default").scheduler_epoch == 2
     assert FenceRequest.objects.count() == 1
     assert AuditEntry.objects.filter(action="epoch_fence").count() == 1
+
+
+def test_a_fence_form_of_another_namespace_fences_nothing_and_says_so(oncall, operator, default_namespace):
+    """The form's id is the fence's: posted to another namespace it must not pass for that namespace's fence."""
+    assert operator.post("/namespaces", {"name": "other", "stage": "V1_ONLY"}).status_code == 201
+    form = {
+        "reason": "stale writers",
+        "confirm": "default",
+        "fence_id": "0b7a4a52-8f1e-4d36-9d59-2f1f3a0c9e11",
+    }
+    ui = login("oncall")
+    ui.post("/ns/default/fence", form)
+
+    page = ui.post("/ns/other/fence", {**form, "confirm": "other"}, follow=True)
+
+    assert b"belongs to namespace default" in page.content
+    assert Namespace.objects.get(name="other").scheduler_epoch == 1  # not fenced, and not said to be
+    assert list(FenceRequest.objects.values_list("namespace", flat=True)) == ["default"]
