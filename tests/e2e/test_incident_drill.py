@@ -190,13 +190,18 @@ def test_the_incident_drill(page, live_server, shot, settings, db_clock):
     page.context.clear_cookies()
     log_in(page, live_server, "olivia")
     drill.click(page.locator("#ns-orders .mismatches a"))
-    for mismatch in Mismatch.objects.filter(namespace="orders", status="OPEN"):
+    # The stale writers' three, and whatever the load's own traffic in SHADOW made the stores disagree on
+    # (once in CI a fourth, of the load's; the reviewer triages every open one).
+    open_ones = list(Mismatch.objects.filter(namespace="orders", status="OPEN"))
+    stale = [m for m in open_ones if m.reason == "STALE_COMMIT_ACCEPTED"]
+    assert len(stale) == 3, [(m.reason, m.task_id) for m in open_ones]
+    for mismatch in open_ones:
         drill.click(page.locator(f"#pick-{mismatch.pk}"))
     page.get_by_label("Note (required to explain)").fill(
         "legacy last-write-wins: the stale writers of the drill"
     )
     drill.click(page.get_by_role("button", name="Mark selected explained"))
-    expect(page.locator(".messages")).to_contain_text("3 mismatches marked EXPLAINED")
+    expect(page.locator(".messages")).to_contain_text(f"{len(open_ones)} mismatches marked EXPLAINED")
     shot(page, "35-drill-triaged")
     phases = drill.done()
 
@@ -208,5 +213,5 @@ def test_the_incident_drill(page, live_server, shot, settings, db_clock):
     assert request.status == "CHECKED" and request.self_check["ok"]
     assert TaskEvent.objects.filter(namespace__name="orders", kind="fenced", point="commit").exists()
     assert phases["fence"]["clicks"] == 2 and phases["resume"]["clicks"] == 1
-    assert sum(p["clicks"] for p in phases.values()) <= 16
+    assert sum(p["clicks"] for p in phases.values()) <= 13 + len(open_ones)
     (SHOTS / "incident-drill.json").write_text(json.dumps(phases, indent=2) + "\n")
