@@ -61,6 +61,23 @@ tokens = _TokenCache()
 on_tokens_changed.append(tokens.forget)
 
 
+def principal_for_token(raw: str) -> tuple[Principal, Token] | None:
+    """The principal a raw bearer token acts as, or None for an unknown or revoked one — the lookup every
+    authenticated request makes (the API's, and the MCP gateway's), through this process's cache."""
+    key_hash = hash_token(raw.strip())
+    known = tokens.get(key_hash)
+    if known is not None:
+        return known
+    token = (
+        Token.objects.select_related("principal").filter(key_hash=key_hash, revoked_at__isnull=True).first()
+    )
+    # The lookup is by a hash of a 256-bit secret; the constant-time compare guards the equality itself.
+    if token is None or not hmac.compare_digest(token.key_hash, key_hash):
+        return None
+    tokens.put(key_hash, token.principal, token)
+    return token.principal, token
+
+
 class BearerTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
@@ -71,20 +88,10 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         scheme, _, raw = header.partition(" ")
         if scheme.lower() != "bearer" or not raw.strip():
             raise exceptions.AuthenticationFailed("expected 'Authorization: Bearer <token>'")
-        key_hash = hash_token(raw.strip())
-        known = tokens.get(key_hash)
-        if known is not None:
-            return known
-        token = (
-            Token.objects.select_related("principal")
-            .filter(key_hash=key_hash, revoked_at__isnull=True)
-            .first()
-        )
-        # The lookup is by a hash of a 256-bit secret; the constant-time compare guards the equality itself.
-        if token is None or not hmac.compare_digest(token.key_hash, key_hash):
+        found = principal_for_token(raw)
+        if found is None:
             raise exceptions.AuthenticationFailed("unknown or revoked token")
-        tokens.put(key_hash, token.principal, token)
-        return token.principal, token
+        return found
 
     def authenticate_header(self, request) -> str:
         return 'Bearer realm="api"'

@@ -1,5 +1,7 @@
 """The ASGI application (uvicorn workers under gunicorn, deploy/gunicorn.conf.py): what serves waiting claims
-(claim-v1.md §9 ``wait_seconds``) without a thread each.
+(claim-v1.md §9 ``wait_seconds``) without a thread each, and the MCP tool gateway (``gateway.mcp``, docs/mcp.md)
+under ``/mcp`` beside Django. The lifespan runs the gateway's parts — the MCP SDK's session manager and the
+downstream connections — for the life of the process.
 
 Django's ASGI handler runs the ``request_started`` receivers that are sync (``close_old_connections``,
 ``reset_queries``) in a thread started for the request, which would then sit parked beside every waiting claim for
@@ -19,7 +21,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 # Read by claims.waiting when the URLs load: the worker endpoints become async views (sync ones under WSGI).
 os.environ["CONTROLPLANE_SERVER"] = "asgi"
 
-application = get_asgi_application()
+django_application = get_asgi_application()
 
 from django.core import signals  # noqa: E402  (after setup)
 from django.db import close_old_connections, reset_queries  # noqa: E402
@@ -39,3 +41,41 @@ async def _request_started(sender, scope=None, **kwargs) -> None:
 signals.request_started.disconnect(reset_queries)
 signals.request_started.disconnect(close_old_connections)
 signals.request_started.connect(_request_started)
+
+
+from django.apps import apps  # noqa: E402
+
+
+def _mcp_path(path: str) -> bool:
+    return path == "/mcp" or path.startswith("/mcp/")
+
+
+async def _lifespan(receive, send, running) -> None:
+    await receive()  # lifespan.startup
+    started = False
+    try:
+        async with running():
+            await send({"type": "lifespan.startup.complete"})
+            started = True
+            await receive()  # lifespan.shutdown
+    except Exception as exc:  # a failed start stops the server with the reason
+        if not started:
+            await send({"type": "lifespan.startup.failed", "message": f"{type(exc).__name__}: {exc}"})
+            return
+        raise
+    await send({"type": "lifespan.shutdown.complete"})
+
+
+if apps.is_installed("gateway"):
+    from gateway.mcp import gateway
+
+    async def application(scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send, gateway.running)
+        elif scope["type"] == "http" and _mcp_path(scope["path"]):
+            await gateway(scope, receive, send)
+        else:
+            await django_application(scope, receive, send)
+
+else:
+    application = django_application  # type: ignore[assignment]

@@ -91,6 +91,9 @@ class DispatchIntent(models.Model):
     payload = models.JSONField()
     target = models.URLField(max_length=2000)
     fence_headers = models.JSONField(default=dict)  # {resource_key: token}
+    # Delivered by the process that recorded it (the MCP gateway calls its downstream server in the request), not
+    # by the Celery job: recorded SENDING, never resent by a job; one that outlives its sender is marked UNKNOWN.
+    inline = models.BooleanField(default=False)
     state = models.CharField(max_length=16, choices=DispatchState.choices, default=DispatchState.PENDING)
     deliveries = models.PositiveIntegerField(default=0)
     outcome = models.CharField(max_length=16, blank=True, default="")

@@ -14,7 +14,7 @@ from ._base import (
 )
 from .claiming import ClaimGrant, task_claim, task_claim_batch, task_claim_next
 from .commit_many import task_commit_many
-from .dispatch import Delivery, dispatch_deliver
+from .dispatch import Delivery, dispatch_apply, dispatch_deliver, dispatch_lost
 from .dispatching import effect_dispatch
 from .effects import (
     Prepared,
@@ -44,7 +44,9 @@ __all__ = [
     "Delivery",
     "Prepared",
     "ResourceView",
+    "dispatch_apply",
     "dispatch_deliver",
+    "dispatch_lost",
     "effect_approve",
     "effect_dispatch",
     "effect_prepare",

@@ -16,8 +16,10 @@ Three steps, and no row is locked while the network is used:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import httpx
 from django.conf import settings
@@ -50,6 +52,7 @@ def _take(dispatch_id: str) -> DispatchIntent | None:
         taken = DispatchIntent.objects.filter(
             Q(state=DispatchState.PENDING) | Q(state=DispatchState.SENDING, sending_at__lt=stale),
             pk=dispatch_id,
+            inline=False,  # an inline intent's sender is its recorder; no job sends it
         ).update(state=DispatchState.SENDING, sending_at=now)
         if taken != 1:
             return None
@@ -85,12 +88,42 @@ def _send(intent: DispatchIntent) -> tuple[str, int | None, str]:
 
 
 def _apply(intent: DispatchIntent, state: str, status_code: int | None, error: str) -> str:
+    ref = str(status_code) if status_code is not None else None
+    return dispatch_apply(
+        dispatch_id=str(intent.pk), state=state, external_ref=ref, error=error, reply=status_code
+    )
+
+
+def dispatch_apply(
+    *,
+    dispatch_id: str,
+    state: str,
+    external_ref: str | None,
+    error: str = "",
+    reply: Any = None,
+    also: Callable[[Effect, str], None] | None = None,
+    silent_for_seconds: float | None = None,
+) -> str:
+    """Record a delivery's reply on its effect: ``state`` (COMMITTED, FAILED or UNKNOWN) while the effect is still
+    PREPARED or UNKNOWN, SKIPPED otherwise; NOT_TAKEN when the intent is no longer SENDING (another hand recorded
+    it). ``also(effect, outcome)`` runs in the same transaction, under the same locks — the gateway keeps the tool's
+    answer beside the effect's state. With ``silent_for_seconds``, only an intent sent at least that long ago (by the
+    clock read under the locks) is taken: how a sender that went silent is recorded UNKNOWN (``dispatch_lost``).
+
+    Locks: the effect row, then the intent row (the order of every effect write, services/effects.py)."""
     with transaction.atomic(durable=True):
+        effect = Effect.objects.select_for_update().get(
+            pk=DispatchIntent.objects.filter(pk=dispatch_id).values("effect_id")[:1]
+        )
+        current = DispatchIntent.objects.select_for_update().get(pk=dispatch_id)
         now = clock.now()
-        effect = Effect.objects.select_for_update().get(pk=intent.effect_id)
-        current = DispatchIntent.objects.select_for_update().get(pk=intent.pk)
         if current.state != DispatchState.SENDING:
             return "NOT_TAKEN"
+        if silent_for_seconds is not None and (
+            current.sending_at is None or current.sending_at > now - timedelta(seconds=silent_for_seconds)
+        ):
+            return "NOT_TAKEN"
+        intent = current
         applied = effect.state in _APPLIES_TO
         outcome = state if applied else "SKIPPED"
         current.state = DispatchState.DELIVERED if applied else DispatchState.SKIPPED
@@ -102,10 +135,11 @@ def _apply(intent: DispatchIntent, state: str, status_code: int | None, error: s
                 "delivery_ignored",
                 at=now,
                 principal=None,
-                detail={"dispatch_id": str(intent.pk), "reply": status_code, "state": effect.state},
+                detail={"dispatch_id": str(intent.pk), "reply": reply, "state": effect.state},
             )
+            if also is not None:
+                also(effect, outcome)
             return outcome
-        ref = str(status_code) if status_code is not None else None
         ledger.transition(
             effect,
             state,
@@ -114,9 +148,11 @@ def _apply(intent: DispatchIntent, state: str, status_code: int | None, error: s
             kind="delivered",
             attempt_id=intent.attempt_id,
             claim_generation=intent.claim_generation,
-            external_ref=ref,
+            external_ref=external_ref,
             detail={"dispatch_id": str(intent.pk), "error": error},
         )
+        if also is not None:
+            also(effect, outcome)
         append_event(
             ledger.EVENT_FOR_STATE[state],
             namespace_id=effect.namespace_id,
@@ -125,7 +161,7 @@ def _apply(intent: DispatchIntent, state: str, status_code: int | None, error: s
             principal=None,
             attempt_id=intent.attempt_id,
             claim_generation=intent.claim_generation,
-            detail={"effect_id": effect.effect_id, "dispatch_id": str(intent.pk), "reply": status_code},
+            detail={"effect_id": effect.effect_id, "dispatch_id": str(intent.pk), "reply": reply},
         )
     return outcome
 
@@ -151,6 +187,20 @@ def dispatch_stuck(*, older_than_seconds: int | None = None) -> list[str]:
         str(pk)
         for pk in DispatchIntent.objects.filter(
             Q(state=DispatchState.PENDING, created_at__lt=cutoff)
-            | Q(state=DispatchState.SENDING, sending_at__lt=cutoff)
+            | Q(state=DispatchState.SENDING, sending_at__lt=cutoff),
+            inline=False,
         ).values_list("pk", flat=True)[:500]
     ]
+
+
+def dispatch_lost(*, dispatch_id: str, silent_for_seconds: float, why: str) -> str:
+    """An inline intent whose sender went silent — its process died, or it is past any timeout it could have —
+    recorded UNKNOWN: the target may have acted. Decided under the effect and intent locks on the clock read after
+    them, so a sender that records its reply first wins and this takes nothing (NOT_TAKEN)."""
+    return dispatch_apply(
+        dispatch_id=dispatch_id,
+        state=EffectState.UNKNOWN,
+        external_ref=None,
+        error=why[:500],
+        silent_for_seconds=silent_for_seconds,
+    )

@@ -30,6 +30,7 @@ def effect_dispatch(
     claim_generation: int,
     scheduler_epoch: int,
     owner_id: str,
+    inline: bool = False,
 ) -> tuple[DispatchIntent, bool]:
     """Record the durable commitment to deliver ``payload`` to ``target`` under the effect's key — in the same
     transaction as the checks, so the order of records decides any race with a cancel or a takeover (A13).
@@ -39,6 +40,9 @@ def effect_dispatch(
     the effect is PREPARED (INVALID_TRANSITION) and, if NON_REPLAYABLE, approved (APPROVAL_REQUIRED) with no other
     effect of its node in flight (INVALID_TRANSITION, NODE_BUSY); no newer claim took the task's resources
     (STALE_INPUT, RESOURCE).
+
+    ``inline``: the caller delivers it itself, now (``dispatch_apply`` records the reply): the intent is recorded
+    already SENDING, and no job is started for it.
     """
     task_id = _task_of(effect_id)
     with _at_effect_point(
@@ -76,6 +80,10 @@ def effect_dispatch(
             target=target,
             fence_headers={key: value["token"] for key, value in fences.items()},
             created_at=ns.now,
+            inline=inline,
+            state=DispatchState.SENDING if inline else DispatchState.PENDING,
+            sending_at=ns.now if inline else None,
+            deliveries=1 if inline else 0,
         )
         effect.dispatched_at, effect.updated_at = ns.now, ns.now
         effect.save(update_fields=["dispatched_at", "updated_at"])
@@ -98,7 +106,8 @@ def effect_dispatch(
             owner_id=owner_id,
             detail={"dispatch_id": str(intent.pk)},
         )
-        transaction.on_commit(lambda: enqueue("claims.deliver_dispatch", str(intent.pk)))
+        if not inline:
+            transaction.on_commit(lambda: enqueue("claims.deliver_dispatch", str(intent.pk)))
     return intent, True
 
 

@@ -128,13 +128,15 @@ def effect_prepare(
     claim_generation: int,
     scheduler_epoch: int,
     owner_id: str,
+    non_replayable: bool = False,
 ) -> Prepared:
     """Bind the slot's payload and say what the worker may do next.
 
     No record: create it PREPARED, bound to ``payload_digest`` (201). A record with another digest:
     PAYLOAD_CONFLICT. The same digest: PREPARED (go on), RECONCILE_REQUIRED (UNKNOWN: reconcile first),
     ALREADY_COMMITTED (make no call), or — after a definite FAILED — PREPARED again under the same key.
-    A NON_REPLAYABLE task's effect answers APPROVAL_REQUIRED (202) until an operator approves it.
+    A NON_REPLAYABLE task's effect answers APPROVAL_REQUIRED (202) until an operator approves it — as does one
+    the caller marks ``non_replayable`` (the MCP gateway, for a tool its operator set NON_REPLAYABLE).
     """
     with _at_effect_point(
         principal,
@@ -155,6 +157,7 @@ def effect_prepare(
             payload_digest=payload_digest,
             attempt_id=attempt_id,
             claim_generation=claim_generation,
+            non_replayable=non_replayable,
         )
         outcome = _NEXT_STEP[effect.state]
         if outcome == "PREPARED" and effect.non_replayable and effect.approved_at is None:
@@ -180,6 +183,7 @@ def _bound(
     payload_digest: str,
     attempt_id: uuid.UUID,
     claim_generation: int,
+    non_replayable: bool = False,
 ) -> Effect:
     """The slot's effect bound to ``payload_digest``: created PREPARED, or the existing one (PAYLOAD_CONFLICT when
     bound to another payload; a definite FAILED moved back to PREPARED), its ledger told."""
@@ -196,7 +200,7 @@ def _bound(
             effect_slot=effect_slot,
             state=E.PREPARED,
             payload_digest=payload_digest,
-            non_replayable=task.replay_policy == ReplayPolicy.NON_REPLAYABLE,
+            non_replayable=non_replayable or task.replay_policy == ReplayPolicy.NON_REPLAYABLE,
             created_at=ns.now,
             updated_at=ns.now,
         )

@@ -6,7 +6,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from .env import env_bool, env_int, env_list, env_str
+from .env import env_bool, env_int, env_json_list, env_list, env_str
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # controlplane/, in a checkout or in site-packages
 BASE_DIR = PACKAGE_DIR.parent
@@ -84,6 +84,7 @@ INSTALLED_APPS = [
     "claims",
     "oncall",
     "rollout",
+    "gateway",
 ]
 
 
@@ -381,6 +382,21 @@ ROLLOUT_LEGACY_STORE = env_str("ROLLOUT_LEGACY_STORE", "rollout.legacy.DjangoLeg
 # A fence request whose job has not finished this long (its worker died, or its message was lost) is sent again
 # by `resend_fences`; the fence itself is applied once whatever the number of runs.
 FENCE_RESEND_AFTER_SECONDS = env_int("FENCE_RESEND_AFTER_SECONDS", 30, minimum=1)
+
+# --- the MCP tool gateway (docs/mcp.md) -----------------------------------------------------------------
+# Downstream MCP servers fixed by the deployment (the console adds more): a JSON list of
+# {"name", "prefix"?, "command": [argv…] | "url", "env"?, "call_timeout_seconds"?, "trust_annotations"?}.
+MCP_DOWNSTREAMS = env_json_list("MCP_DOWNSTREAMS", [])
+for _entry in MCP_DOWNSTREAMS:
+    if not isinstance(_entry.get("name"), str) or not (_entry.get("command") or _entry.get("url")):
+        raise ImproperlyConfigured(
+            f"MCP_DOWNSTREAMS: each server needs a name and a command or url, got {_entry!r}"
+        )
+# Per-tool rules fixed by the deployment: {"downstream", "tool", "kind"?, "slot_from"?, "slot_argument"?,
+# "query_tool"?, "query_arguments"?, "occurred_if"?, "occurred_text"?, "record_reads"?}; the console's win.
+MCP_TOOL_RULES = env_json_list("MCP_TOOL_RULES", [])
+# A call's sender silent this long past its server's timeout (its process died mid-call) is recorded UNKNOWN.
+MCP_LOST_GRACE_SECONDS = env_int("MCP_LOST_GRACE_SECONDS", 30, minimum=1)
 
 # --- the dispatch gateway (claim-v1.md §6) ------------------------------------------------------------
 # Hosts a dispatch may target (exact host names or IPs); anything else is a 400. Empty: no dispatch allowed.

@@ -56,3 +56,19 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if value is None or value.strip() == "":
         return list(default)
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_json_list(name: str, default: list[dict]) -> list[dict]:
+    """A JSON list of objects (``MCP_DOWNSTREAMS='[{"name": "fs", "command": ["…"]}]'``)."""
+    import json
+
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return list(default)
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be a JSON list of objects: {exc}") from None
+    if not isinstance(parsed, list) or not all(isinstance(item, dict) for item in parsed):
+        raise ImproperlyConfigured(f"{name} must be a JSON list of objects, got {value[:80]!r}")
+    return parsed

@@ -1,0 +1,307 @@
+"""The gateway's MCP server: the official SDK's low-level ``Server`` behind Streamable HTTP, stateless (any app server
+behind the balancer answers any request), mounted beside Django in ``controlplane.asgi`` whose lifespan runs it.
+
+- ``POST /mcp/attempts/{attempt_id}``: every ``tools/call`` is an effect of that attempt's claim. ``POST /mcp``
+  takes the attempt from ``_meta`` (``dev.claim-control-plane/attempt_id``) instead — some agent frameworks drop
+  ``_meta``, so the endpoint is the way every client can use.
+- ``Authorization: Bearer <worker token>`` on every request (401 without, 403 for a token that is not a worker's).
+  The token is never sent downstream.
+- ``tools/list``: the tools of every configured downstream server as ``<prefix>__<tool>``, with their annotations.
+
+A call's steps are ``gateway.services.calls``; this module does their network I/O. Once a call has an intent to
+send recorded, it is finished — sent, answered and recorded — even when the client hangs up (a shielded scope):
+the client's retry then gets the recorded answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
+from mcp import types
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
+
+from claims.auth import principal_for_token
+from claims.models import EffectState, Principal, Role
+
+from . import selectors
+from .downstream import Outcome, pool
+from .models import Occurred
+from .selectors import SEPARATOR
+from .services import Call, Step, call_begin, call_lost, call_plan, call_reconcile, call_record
+from .services.answers import refusal
+from .services.calls import lost_after_seconds
+
+log = logging.getLogger(__name__)
+
+WAIT_POLL_SECONDS = 0.1
+
+
+async def db(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn`` in a worker thread with its own database connection, tidied as Django tidies one around a request."""
+
+    def run() -> Any:
+        close_old_connections()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    return await sync_to_async(run, thread_sensitive=False)()
+
+
+@dataclass(frozen=True)
+class Gate:
+    principal: Principal
+    attempt_id: uuid.UUID | None
+
+
+async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    tools: list[types.Tool] = []
+    for config in await db(selectors.downstreams):
+        try:
+            found = await pool.list_tools(config)
+        except Exception as exc:  # noqa: BLE001 - one server down hides its tools, not everyone's
+            log.warning("tools/list: %s unavailable: %s", config.name, exc)
+            continue
+        tools.extend(
+            tool.model_copy(update={"name": f"{config.prefix}{SEPARATOR}{tool.name}"}) for tool in found
+        )
+    return types.ListToolsResult(tools=tools)
+
+
+async def _annotations(call_name: str) -> dict[str, Any]:
+    """The tool's annotations, asked only of a trusted server (an untrusted server's hints change nothing)."""
+    routed = await db(selectors.route, call_name)
+    if routed is None or not routed[0].trust_annotations:
+        return {}
+    config, tool = routed
+    for found in await pool.list_tools(config):
+        if found.name == tool and found.annotations is not None:
+            return found.annotations.model_dump(by_alias=True, exclude_none=True)
+    return {}
+
+
+async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    gate: Gate = ctx.request.scope["claim_gateway"]
+    meta = params.meta.model_dump(by_alias=True, exclude_none=True) if params.meta is not None else None
+    plan = await db(
+        call_plan,
+        principal=gate.principal,
+        attempt_id=gate.attempt_id,
+        exposed=params.name,
+        arguments=params.arguments,
+        meta=meta,
+        annotations=await _annotations(params.name),
+    )
+    if isinstance(plan, Step):
+        return _result(plan.result)
+    # From here the ledger may commit to sending: a client that hangs up does not stop the call half-way.
+    with anyio.CancelScope(shield=True):
+        body = await drive(plan)
+    return _result(body)
+
+
+def _result(body: dict[str, Any] | None) -> types.CallToolResult:
+    return types.CallToolResult.model_validate(body or {"content": [], "isError": True})
+
+
+async def drive(call: Call) -> dict[str, Any]:
+    """The steps of one call (``gateway.services.calls``) until it has an answer."""
+    for _ in range(4):
+        step = await db(call_begin, call)
+        if step.kind == "ANSWER":
+            return step.result or {}
+        if step.kind == "SEND":
+            return await _send(call, step)
+        if step.kind == "WAIT":
+            if not await _settled(step.effect_id, call):
+                if await db(call_lost, step=step, downstream=call.downstream):
+                    continue
+                return refusal(
+                    "IN_FLIGHT", f"Effect {step.effect_id} is being sent.", effect_id=step.effect_id
+                )
+            continue
+        refused = await _reconcile(call, step)
+        if refused is not None:
+            return refused
+    return refusal("IN_FLIGHT", "The call did not settle; its effect is being decided by another call.")
+
+
+async def _send(call: Call, step: Step) -> dict[str, Any]:
+    outcome = await pool.call(call.downstream, call.tool, call.arguments)
+    if not call.passes_through:
+        await db(
+            call_record,
+            step=step,
+            state=outcome.state,
+            result=outcome.result,
+            external_ref=outcome.external_ref,
+            error=outcome.error,
+        )
+    return _answer(outcome, step.effect_id)
+
+
+def _answer(outcome: Outcome, effect_id: str) -> dict[str, Any]:
+    if outcome.result is not None:
+        return outcome.result  # the tool's own answer, isError or not
+    if outcome.unavailable:
+        return refusal("UNAVAILABLE", outcome.error, effect_id=effect_id)
+    if outcome.state == EffectState.FAILED and outcome.external_ref.startswith("jsonrpc:"):
+        # The downstream refused the request itself (bad arguments, no such tool): the same protocol error.
+        raise MCPError(int(outcome.external_ref.partition(":")[2]), outcome.error)
+    return refusal(
+        "UNKNOWN", f"No answer from the tool ({outcome.external_ref}: {outcome.error}).", effect_id=effect_id
+    )
+
+
+async def _settled(effect_id: str, call: Call) -> bool:
+    """Wait for another call's delivery of the effect to be recorded, up to when it would count as lost."""
+    with anyio.move_on_after(lost_after_seconds(call.downstream) + 1):
+        while True:
+            _state, in_flight = await db(selectors.effect_state, effect_id)
+            if not in_flight:
+                return True
+            await anyio.sleep(WAIT_POLL_SECONDS)
+    return False
+
+
+_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def _fill(template: Any, arguments: dict[str, Any]) -> Any:
+    """A query rule's arguments: "$name" is the call's argument of that name; anything else is taken as is."""
+    if isinstance(template, str):
+        match = _REFERENCE.match(template)
+        return arguments.get(match.group(1)) if match else template
+    if isinstance(template, dict):
+        return {key: _fill(value, arguments) for key, value in template.items()}
+    if isinstance(template, list):
+        return [_fill(value, arguments) for value in template]
+    return template
+
+
+def _text(template: str, arguments: dict[str, Any]) -> str:
+    return re.sub(
+        r"\$([A-Za-z_][A-Za-z0-9_]*)", lambda m: str(arguments.get(m.group(1), m.group(0))), template
+    )
+
+
+async def _reconcile(call: Call, step: Step) -> dict[str, Any] | None:
+    """An UNKNOWN effect: ask the server through the rule's query, record what it says. A refusal when it cannot
+    be asked now (the effect stays UNKNOWN)."""
+    rule = call.rule
+    query = await pool.call(call.downstream, rule.query_tool, _fill(rule.query_arguments, call.arguments))
+    if query.result is None:
+        return refusal(
+            "UNKNOWN", f"The query {rule.query_tool} could not be asked.", effect_id=step.effect_id
+        )
+    answered_ok = not query.result.get("isError")
+    if rule.occurred_if == Occurred.TEXT_CONTAINS:
+        texts = [c.get("text", "") for c in query.result.get("content", []) if c.get("type") == "text"]
+        occurred = answered_ok and _text(rule.occurred_text, call.arguments) in "\n".join(texts)
+    else:
+        occurred = answered_ok
+    return await db(
+        call_reconcile,
+        call,
+        effect_id=step.effect_id,
+        observed="OCCURRED" if occurred else "NOT_OCCURRED",
+        query=f"query:{rule.query_tool}",
+    )
+
+
+server: Server[Any] = Server(
+    "claim-control-plane-gateway",
+    instructions=(
+        "Tools of other MCP servers, each call an effect of your claim: a repeated call returns the recorded "
+        "answer instead of running again; a refusal says what to do next."
+    ),
+    on_list_tools=list_tools,
+    on_call_tool=call_tool,
+)
+
+_PATH = re.compile(r"^/mcp(?:/attempts/(?P<attempt>[^/]+))?/?$")
+
+
+async def _plain(
+    send: Any, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    body = json.dumps({"error": message}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            + (headers or []),
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class Gateway:
+    """The ASGI application under ``/mcp``: authenticates, names the attempt, hands the request to the SDK."""
+
+    def __init__(self) -> None:
+        self.manager: StreamableHTTPSessionManager | None = None
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The lifespan's part: the SDK's session manager and the downstream pool, for the process's life."""
+        self.manager = StreamableHTTPSessionManager(server, stateless=True)
+        async with self.manager.run(), anyio.create_task_group() as tg:
+            pool.start(tg)
+            try:
+                yield
+            finally:
+                await pool.close()
+                tg.cancel_scope.cancel()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        match = _PATH.match(scope["path"])
+        if match is None:
+            await _plain(send, 404, "no such MCP endpoint: use /mcp/attempts/{attempt_id} or /mcp")
+            return
+        attempt_id: uuid.UUID | None = None
+        if match["attempt"]:
+            try:
+                attempt_id = uuid.UUID(match["attempt"])
+            except ValueError:
+                await _plain(send, 404, "the attempt in the path is not a UUID")
+                return
+        challenge = [(b"www-authenticate", b'Bearer realm="mcp"')]
+        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        scheme, _, raw = header.partition(" ")
+        if scheme.lower() != "bearer" or not raw.strip():
+            await _plain(send, 401, "expected 'Authorization: Bearer <worker token>'", challenge)
+            return
+        found = await db(principal_for_token, raw)
+        if found is None:
+            await _plain(send, 401, "unknown or revoked token", challenge)
+            return
+        principal = found[0]
+        if principal.role != Role.WORKER:
+            await _plain(send, 403, "the MCP gateway serves workers' tokens only")
+            return
+        if self.manager is None:
+            await _plain(
+                send, 503, "the MCP gateway is not running (served under ASGI only: claimctl serve / run)"
+            )
+            return
+        await self.manager.handle_request(
+            {**scope, "claim_gateway": Gate(principal, attempt_id)}, receive, send
+        )
+
+
+gateway = Gateway()

@@ -1,0 +1,163 @@
+"""What the gateway reads: the downstream servers (settings and console), each tool's rule, the claim an attempt
+holds, and the tool calls recorded for the console."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from claims.models import Attempt, Effect
+
+from .models import Downstream, Occurred, SlotFrom, ToolCall, ToolKind, ToolRule, Transport
+
+SEPARATOR = "__"  # an exposed tool is <prefix>__<tool>
+
+
+@dataclass(frozen=True)
+class DownstreamConfig:
+    name: str
+    prefix: str
+    transport: str
+    command: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    url: str = ""
+    call_timeout_seconds: float = 30.0
+    trust_annotations: bool = False
+    source: str = "console"  # or "settings": read-only in the console
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: str = ToolKind.EFFECT
+    record_reads: bool = False
+    slot_from: str = SlotFrom.CANONICAL
+    slot_argument: str = ""
+    query_tool: str = ""
+    query_arguments: dict[str, Any] = field(default_factory=dict)
+    occurred_if: str = Occurred.NOT_ERROR
+    occurred_text: str = ""
+    source: str = "default"
+
+
+def _from_settings(entry: dict[str, Any]) -> DownstreamConfig:
+    return DownstreamConfig(
+        name=entry["name"],
+        prefix=entry.get("prefix", entry["name"]),
+        transport=entry.get("transport", Transport.STDIO if entry.get("command") else Transport.HTTP),
+        command=tuple(entry.get("command", ())),
+        env=tuple(sorted(entry.get("env", {}).items())),
+        url=entry.get("url", ""),
+        call_timeout_seconds=float(entry.get("call_timeout_seconds", 30.0)),
+        trust_annotations=bool(entry.get("trust_annotations", False)),
+        source="settings",
+    )
+
+
+def downstreams() -> list[DownstreamConfig]:
+    """Every enabled downstream: those in settings (``MCP_DOWNSTREAMS``), then those made in the console."""
+    found = [_from_settings(entry) for entry in settings.MCP_DOWNSTREAMS]
+    taken = {d.name for d in found} | {d.prefix for d in found}
+    for row in Downstream.objects.filter(enabled=True).order_by("name"):
+        if row.name in taken or row.prefix in taken:
+            continue  # settings win: a console row cannot shadow what the deployment fixed
+        found.append(
+            DownstreamConfig(
+                name=row.name,
+                prefix=row.prefix,
+                transport=row.transport,
+                command=tuple(row.command),
+                env=tuple(sorted(row.env.items())),
+                url=row.url,
+                call_timeout_seconds=row.call_timeout_seconds,
+                trust_annotations=row.trust_annotations,
+            )
+        )
+    return found
+
+
+def downstream_rows() -> list[Downstream]:
+    return list(Downstream.objects.order_by("name"))
+
+
+def route(exposed: str) -> tuple[DownstreamConfig, str] | None:
+    """The downstream and its own tool name behind an exposed ``<prefix>__<tool>``."""
+    prefix, sep, tool = exposed.partition(SEPARATOR)
+    if not sep or not tool:
+        return None
+    for config in downstreams():
+        if config.prefix == prefix:
+            return config, tool
+    return None
+
+
+def rule_for(downstream: str, tool: str, *, read_only_hint: bool = False, trusted: bool = False) -> Rule:
+    """The operator's rule for a tool (the console's, else settings' ``MCP_TOOL_RULES``); with none, an EFFECT with a
+    CANONICAL slot — or READ_ONLY when the server is trusted and annotates the tool readOnlyHint."""
+    row = ToolRule.objects.filter(downstream=downstream, tool=tool).first()
+    if row is not None:
+        return Rule(
+            kind=row.kind,
+            record_reads=row.record_reads,
+            slot_from=row.slot_from,
+            slot_argument=row.slot_argument,
+            query_tool=row.query_tool,
+            query_arguments=row.query_arguments,
+            occurred_if=row.occurred_if,
+            occurred_text=row.occurred_text,
+            source="console",
+        )
+    for entry in settings.MCP_TOOL_RULES:
+        if entry.get("downstream") == downstream and entry.get("tool") == tool:
+            values = {k: v for k, v in entry.items() if k not in ("downstream", "tool")}
+            return Rule(**values, source="settings")
+    if trusted and read_only_hint:
+        return Rule(kind=ToolKind.READ_ONLY, source="annotation")
+    return Rule()
+
+
+def rules() -> list[ToolRule]:
+    return list(ToolRule.objects.order_by("downstream", "tool"))
+
+
+@dataclass(frozen=True)
+class HeldClaim:
+    attempt_id: uuid.UUID
+    task_id: str
+    namespace_id: int
+    owner_id: str
+    claim_generation: int
+    scheduler_epoch: int
+
+
+def attempt_claim(attempt_id: uuid.UUID) -> HeldClaim | None:
+    """What an attempt was granted: the claim the gateway presents at the effect acceptance point for every call
+    made through ``/mcp/attempts/{attempt_id}``. Whether that claim still holds is decided there, under its locks."""
+    row = (
+        Attempt.objects.filter(pk=attempt_id)
+        .values_list("task_id", "namespace_id", "owner_id", "claim_generation", "scheduler_epoch")
+        .first()
+    )
+    if row is None:
+        return None
+    return HeldClaim(attempt_id, *row)
+
+
+def tool_call(effect_id: str) -> ToolCall | None:
+    return ToolCall.objects.filter(pk=effect_id).first()
+
+
+def effect_state(effect_id: str) -> tuple[str, bool]:
+    """The effect's state and whether a delivery of it is in flight (a dispatch intent PENDING or SENDING)."""
+    effect = Effect.objects.filter(pk=effect_id).values_list("state", flat=True).first()
+    in_flight = Effect.objects.filter(pk=effect_id, dispatches__state__in=["PENDING", "SENDING"]).exists()
+    return effect or "", in_flight
+
+
+def tool_calls(*, namespace: str | None = None, limit: int = 200) -> list[ToolCall]:
+    calls = ToolCall.objects.select_related("effect", "namespace").order_by("-created_at")
+    if namespace:
+        calls = calls.filter(namespace__name=namespace)
+    return list(calls[:limit])

@@ -1,0 +1,165 @@
+"""The operator's configuration of the gateway: downstream MCP servers and per-tool rules, each change audited with
+its principal. Settings (``MCP_DOWNSTREAMS``, ``MCP_TOOL_RULES``) add what a deployment fixes; the console cannot
+change those."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from claims import clock
+from claims.errors import Invalid
+from claims.models import Principal
+from claims.services import audit
+
+from ..models import Downstream, Occurred, SlotFrom, ToolKind, ToolRule, Transport
+
+
+def _check_downstream(
+    *, name: str, prefix: str, transport: str, command: list[str], url: str, timeout: float
+) -> None:
+    errors: dict[str, list[str]] = {}
+    if "__" in prefix:
+        errors["prefix"] = ["A prefix may not contain '__' (it separates the prefix from the tool)."]
+    if transport not in Transport.values:
+        errors["transport"] = ["Must be stdio or http."]
+    elif transport == Transport.STDIO and (not command or not all(isinstance(a, str) and a for a in command)):
+        errors["command"] = ["A stdio server needs its command: a list of non-empty strings."]
+    elif transport == Transport.HTTP and not url.startswith(("http://", "https://")):
+        errors["url"] = ["A Streamable HTTP server needs its http(s) URL."]
+    if not 0 < timeout <= 600:
+        errors["call_timeout_seconds"] = ["Must be more than 0 and at most 600 seconds."]
+    if any(
+        entry.get("name") in (name, prefix) or entry.get("prefix") in (name, prefix)
+        for entry in settings.MCP_DOWNSTREAMS
+    ):
+        errors["name"] = ["A server of that name or prefix is fixed in settings (MCP_DOWNSTREAMS)."]
+    if errors:
+        raise Invalid(errors)
+
+
+def downstream_save(
+    *,
+    principal: Principal,
+    name: str,
+    prefix: str,
+    transport: str,
+    command: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    url: str = "",
+    call_timeout_seconds: float = 30.0,
+    trust_annotations: bool = False,
+    enabled: bool = True,
+) -> Downstream:
+    """Create or change a downstream server (by ``name``); audited."""
+    command = list(command or [])
+    _check_downstream(
+        name=name, prefix=prefix, transport=transport, command=command, url=url, timeout=call_timeout_seconds
+    )
+    with transaction.atomic(durable=True):
+        now = clock.now()
+        if Downstream.objects.exclude(name=name).filter(prefix=prefix).exists():
+            raise Invalid({"prefix": [f"Prefix {prefix!r} is another server's."]})
+        row, created = Downstream.objects.update_or_create(
+            name=name,
+            defaults={
+                "prefix": prefix,
+                "transport": transport,
+                "command": command,
+                "env": dict(env or {}),
+                "url": url,
+                "call_timeout_seconds": call_timeout_seconds,
+                "trust_annotations": trust_annotations,
+                "enabled": enabled,
+            },
+            create_defaults={
+                "prefix": prefix,
+                "transport": transport,
+                "command": command,
+                "env": dict(env or {}),
+                "url": url,
+                "call_timeout_seconds": call_timeout_seconds,
+                "trust_annotations": trust_annotations,
+                "enabled": enabled,
+                "created_at": now,
+                "created_by": principal.name,
+            },
+        )
+        audit(
+            principal=principal,
+            action="mcp_downstream_save",
+            at=now,
+            target=name,
+            detail={
+                "created": created,
+                "prefix": prefix,
+                "transport": transport,
+                "command": command,
+                "url": url,
+                "enabled": enabled,
+                # the environment's values may be secrets: their names only
+                "env": sorted((env or {}).keys()),
+            },
+        )
+    return row
+
+
+def tool_rule_set(
+    *,
+    principal: Principal,
+    downstream: str,
+    tool: str,
+    kind: str = ToolKind.EFFECT,
+    record_reads: bool = False,
+    slot_from: str = SlotFrom.CANONICAL,
+    slot_argument: str = "",
+    query_tool: str = "",
+    query_arguments: dict[str, Any] | None = None,
+    occurred_if: str = Occurred.NOT_ERROR,
+    occurred_text: str = "",
+) -> ToolRule:
+    """Set how the gateway treats one tool; audited."""
+    errors: dict[str, list[str]] = {}
+    if kind not in ToolKind.values:
+        errors["kind"] = [f"Must be one of {', '.join(ToolKind.values)}."]
+    if slot_from not in SlotFrom.values:
+        errors["slot_from"] = [f"Must be one of {', '.join(SlotFrom.values)}."]
+    if slot_from == SlotFrom.ARGUMENT and not slot_argument:
+        errors["slot_argument"] = ["Name the argument the slot is taken from."]
+    if occurred_if not in Occurred.values:
+        errors["occurred_if"] = [f"Must be one of {', '.join(Occurred.values)}."]
+    if occurred_if == Occurred.TEXT_CONTAINS and not occurred_text:
+        errors["occurred_text"] = ["Give the text whose presence means the call happened."]
+    if not isinstance(query_arguments or {}, dict):
+        errors["query_arguments"] = ["Must be an object."]
+    if not tool or not downstream:
+        errors["tool"] = ["Name the server and the tool."]
+    if errors:
+        raise Invalid(errors)
+    values = {
+        "kind": kind,
+        "record_reads": record_reads,
+        "slot_from": slot_from,
+        "slot_argument": slot_argument,
+        "query_tool": query_tool,
+        "query_arguments": query_arguments or {},
+        "occurred_if": occurred_if,
+        "occurred_text": occurred_text,
+    }
+    with transaction.atomic(durable=True):
+        now = clock.now()
+        row, _ = ToolRule.objects.update_or_create(
+            downstream=downstream,
+            tool=tool,
+            defaults={**values, "updated_at": now, "updated_by": principal.name},
+        )
+        audit(
+            principal=principal,
+            action="mcp_tool_rule_set",
+            at=now,
+            target=f"{downstream}/{tool}",
+            detail=values,
+        )
+    return row
