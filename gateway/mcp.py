@@ -95,7 +95,11 @@ async def _annotations(call_name: str) -> dict[str, Any]:
 
 async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
     gate: Gate = ctx.request.scope["claim_gateway"]
-    meta = params.meta.model_dump(by_alias=True, exclude_none=True) if params.meta is not None else None
+    meta = (
+        params.meta
+        if isinstance(params.meta, dict) or params.meta is None
+        else params.meta.model_dump(by_alias=True)
+    )
     plan = await db(
         call_plan,
         principal=gate.principal,

@@ -85,16 +85,18 @@ def from_error(exc: ClaimError, *, effect_id: str = "") -> dict[str, Any]:
 
 def happened(effect_id: str, external_ref: str) -> dict[str, Any]:
     """The answer to a repeat of a call that happened but whose answer the gateway never had (reconciled OCCURRED,
-    or recorded through the REST effect API)."""
+    or recorded through the REST effect API). A tool error by form — a client checks a successful answer against the
+    tool's output schema, which nothing recorded can meet — whose words say it is done."""
     ref = f" ({external_ref})" if external_ref else ""
     return {
         "content": [
             {
                 "type": "text",
-                "text": f"This action already happened{ref}; its original answer was not recorded. Do not run it "
-                "again.",
+                "text": f"ALREADY_COMMITTED: this action already happened{ref}; its original answer was not "
+                "recorded. It is done: do not run it again, and go on with the task.",
             }
         ],
+        "structuredContent": {"outcome": "ALREADY_COMMITTED", "effect_id": effect_id},
+        "isError": True,
         "_meta": {META_PREFIX + "outcome": "ALREADY_COMMITTED", META_PREFIX + "effect_id": effect_id},
-        "isError": False,
     }

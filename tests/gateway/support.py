@@ -1,0 +1,105 @@
+"""The gateway under test: production servers (gunicorn with uvicorn workers, deploy/gunicorn.conf.py) on the test
+database with our counting server as a downstream, and agents speaking MCP through the official SDK's client."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import types
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from deploy.topology import AppServer
+from tests.support.processes import server_env
+
+COUNTING = Path(__file__).resolve().parent / "counting_server.py"
+META = "dev.claim-control-plane/"
+
+
+def counting_downstream(
+    ledger: Path, *, name: str = "counting", prefix: str = "rec", timeout: float = 2.0
+) -> dict:
+    return {
+        "name": name,
+        "prefix": prefix,
+        "command": [sys.executable, str(COUNTING), "--ledger", str(ledger)],
+        "call_timeout_seconds": timeout,
+    }
+
+
+@dataclass
+class Gateway:
+    url: str
+    ledger: Path
+    server: AppServer
+
+    def records(self) -> list[dict]:
+        if not self.ledger.exists():
+            return []
+        return [json.loads(line) for line in self.ledger.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def gateway_server(tmp_path) -> Iterator[Any]:
+    """``gateway_server(processes=2, rules=[…], **env)``: a running gateway; stopped at the test's end."""
+    started: list[AppServer] = []
+
+    def start(
+        *, processes: int = 2, rules: list[dict] | None = None, timeout: float = 2.0, **env: str
+    ) -> Gateway:
+        ledger = tmp_path / f"ledger-{len(started)}.jsonl"
+        environment = server_env(
+            MCP_DOWNSTREAMS=json.dumps([counting_downstream(ledger, timeout=timeout)]),
+            MCP_TOOL_RULES=json.dumps(rules or []),
+            MCP_LOST_GRACE_SECONDS="2",
+            **env,
+        )
+        server = AppServer(tmp_path, environment, processes=processes).start()
+        started.append(server)
+        return Gateway(server.url, ledger, server)
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@asynccontextmanager
+async def agent_session(url: str, token: str, attempt_id: str | None = None):
+    """One MCP connection of an agent, as any MCP client makes it: the worker's bearer token on the HTTP client."""
+    endpoint = f"{url}/mcp/attempts/{attempt_id}" if attempt_id else f"{url}/mcp"
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+        async with streamable_http_client(endpoint, http_client=http) as streams:
+            async with ClientSession(streams[0], streams[1]) as session:
+                await session.initialize()
+                yield session
+
+
+async def call_once(
+    url: str, token: str, attempt_id: str | None, tool: str, arguments: dict, *, meta: dict | None = None
+) -> types.CallToolResult:
+    """A call on a connection of its own (a retry after a disconnect, another process, another agent)."""
+    async with agent_session(url, token, attempt_id) as session:
+        return await session.call_tool(tool, arguments, meta=meta)
+
+
+def call(
+    url: str, token: str, attempt_id: str | None, tool: str, arguments: dict, **kw: Any
+) -> types.CallToolResult:
+    return anyio.run(lambda: call_once(url, token, attempt_id, tool, arguments, **kw))
+
+
+def text(result: types.CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+def outcome(result: types.CallToolResult) -> str | None:
+    return (result.structured_content or {}).get("outcome") if result.is_error else None
