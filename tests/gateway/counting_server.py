@@ -5,7 +5,7 @@ ledger file (JSON lines, appended under a lock), so a test counts what really ha
     python tests/gateway/counting_server.py --ledger /tmp/ledger.jsonl --port 9100  # Streamable HTTP at /mcp
 
 Tools: ``create_record`` (an effect; ``sleep_after`` seconds: it acts, then answers late — a timeout after the
-effect), ``find_record`` (read-only: the records of a name; isError when there is none), ``count`` (read-only),
+effect; ``slow_once``: a file whose presence stalls this one call before it acts), ``find_record`` (read-only: the records of a name; isError when there is none), ``count`` (read-only),
 ``always_fails`` (isError, acts never).
 """
 
@@ -49,9 +49,12 @@ def _records() -> list[dict]:
 
 @server.tool(annotations=ToolAnnotations(destructiveHint=False, idempotentHint=False))
 async def create_record(
-    name: str, body: str = "", sleep_after: float = 0.0, sleep_before: float = 0.0
+    name: str, body: str = "", sleep_after: float = 0.0, sleep_before: float = 0.0, slow_once: str = ""
 ) -> str:
     """Create a record (one line in the ledger)."""
+    if slow_once and os.path.exists(slow_once):
+        os.remove(slow_once)  # this call only: it stalls before acting (a cancelled call never acts)
+        await anyio.sleep(4)
     if sleep_before:
         await anyio.sleep(sleep_before)
     n = _append({"tool": "create_record", "name": name, "body": body})
