@@ -38,6 +38,29 @@ def task_notes(task: Any) -> list[dict[str, Any]]:
     return [note for function in _task_notes if (note := function(task)) is not None]
 
 
+EffectLabels = Callable[[Sequence[str]], "Mapping[str, dict[str, Any]]"]
+_effect_labels: list[EffectLabels] = []
+
+
+def effect_labels(function: EffectLabels) -> EffectLabels:
+    """Register what an app wrapping the core knows of effects (the MCP gateway: the tool call behind an effect —
+    its tool, arguments' digest and answer): ``function(effect_ids)`` maps some of them to a label dict, in one
+    query for the page. The core's effect lists show it beside the effect."""
+    _effect_labels.append(function)
+    return function
+
+
+def labelled(effects: Any) -> list[Any]:
+    """The effects as a list, each with ``label`` (a dict, or None) from the registered functions."""
+    rows = list(effects)
+    labels: dict[str, dict[str, Any]] = {}
+    for function in _effect_labels:
+        labels.update(function([row.effect_id for row in rows]))
+    for row in rows:
+        row.label = labels.get(row.effect_id)
+    return rows
+
+
 def error_page(status: int, title: str, detail: str) -> HttpResponse:
     """The console's styled error page. It stands alone — no user, no session, no database — because a 500 may
     come from the database itself; if even the template fails, plain text."""

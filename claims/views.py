@@ -15,7 +15,7 @@ from . import clock, selectors, services
 from .errors import ClaimError
 from .models import Effect, EffectState, Task, TaskState
 from .services.principals import ui_role
-from .ui import acting, report, role_required, task_notes
+from .ui import acting, labelled, report, role_required, task_notes
 
 
 def _ctx(request: HttpRequest, **extra) -> dict:
@@ -78,7 +78,7 @@ def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
             mismatches_url=_mismatches_url(task),
             attempts=task.attempts.order_by("claim_generation"),
             staged=task.staged_results.order_by("staged_at"),
-            effects=task.effects.order_by("created_at"),
+            effects=labelled(task.effects.order_by("created_at")),
         ),
     )
 
@@ -102,8 +102,8 @@ def effects(request: HttpRequest) -> HttpResponse:
         "claims/effects.html",
         _ctx(
             request,
-            unknown=unknown,
-            awaiting=awaiting,
+            unknown=labelled(unknown),
+            awaiting=labelled(awaiting),
             ns=ns,
             namespaces=list(selectors.namespace_list().values_list("name", flat=True)),
             taken_at=clock.now(),

@@ -7,6 +7,7 @@ from django.urls import path
 
 from claims import views as claim_views
 from claims.urls import EffectIdConverter, NameConverter, TaskIdConverter  # noqa: F401  (registers converters)
+from gateway.urls import console_pages as gateway_pages
 from oncall.urls import console_pages as oncall_pages
 
 app_name = "console"
@@ -18,6 +19,7 @@ core_pages = [
     path("audit/", claim_views.audit, name="audit"),
     path("effects/<effect_id:effect_id>/reconcile", claim_views.effect_reconcile, name="effect-reconcile"),
     path("effects/<effect_id:effect_id>/approve", claim_views.effect_approve, name="effect-approve"),
+    *gateway_pages,
 ]
 
 urlpatterns = [*oncall_pages, *core_pages]

@@ -11,3 +11,10 @@ class GatewayConfig(AppConfig):
     name = "gateway"
     verbose_name = "MCP tool gateway"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from claims.ui import effect_labels
+
+        from .selectors import tool_call_labels
+
+        effect_labels(tool_call_labels)

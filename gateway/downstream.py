@@ -149,7 +149,9 @@ class Pool:
         cursor: str | None = None
         with anyio.fail_after(config.call_timeout_seconds):
             while True:
-                page = await session.list_tools(cursor=cursor) if cursor else await session.list_tools()
+                page = await session.list_tools(
+                    params=types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                )
                 tools.extend(page.tools)
                 cursor = page.next_cursor
                 if not cursor:

@@ -161,3 +161,38 @@ def tool_calls(*, namespace: str | None = None, limit: int = 200) -> list[ToolCa
     if namespace:
         calls = calls.filter(namespace__name=namespace)
     return list(calls[:limit])
+
+
+def _answer(call: ToolCall, state: str) -> str:
+    sends = f"sent {call.sends}×" if call.sends != 1 else "sent once"
+    if call.answered_at is None:
+        return "not sent" if call.sends == 0 else f"{sends}, no answer recorded"
+    if state == "UNKNOWN":
+        return f"{sends}, no answer (UNKNOWN)"
+    return f"{sends}, {'tool error' if call.is_error else 'answered'}"
+
+
+def tool_call_labels(effect_ids: list[str] | Any) -> dict[str, dict[str, Any]]:
+    """What the console's effect lists show beside an effect that is a tool call (claims.ui.effect_labels)."""
+    rows = ToolCall.objects.filter(pk__in=list(effect_ids)).select_related("effect")
+    return {
+        row.effect_id: {
+            "tool": f"{row.downstream}/{row.tool}",
+            "arguments_digest": row.arguments_digest,
+            "answer": _answer(row, row.effect.state),
+        }
+        for row in rows
+    }
+
+
+def tool_call_rows(*, namespace: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+    """The gateway page's recent tool calls: tool, arguments' digest, the effect's state and the answer."""
+    return [
+        {
+            "call": row,
+            "state": row.effect.state,
+            "answer": _answer(row, row.effect.state),
+            "task_id": row.effect.task_id,
+        }
+        for row in tool_calls(namespace=namespace, limit=limit)
+    ]

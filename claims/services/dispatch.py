@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
-from .. import clock
+from .. import clock, interleave
 from ..digest import canonical_json
 from ..models import DispatchIntent, DispatchState, Effect, EffectState
 from . import ledger
@@ -117,6 +117,7 @@ def dispatch_apply(
         )
         current = DispatchIntent.objects.select_for_update().get(pk=dispatch_id)
         now = clock.now()
+        interleave.reach("dispatch_apply.locked")
         if current.state != DispatchState.SENDING:
             return "NOT_TAKEN"
         if silent_for_seconds is not None and (

@@ -36,6 +36,7 @@ CELERY_BEAT_SCHEDULE = {
     "prune-history": {"task": "claims.prune_history", "schedule": 300.0},
     "prune-rollout-history": {"task": "rollout.prune_history", "schedule": 300.0},
     "redeliver-dispatches": {"task": "claims.redeliver_dispatches", "schedule": 30.0},
+    "sweep-lost-tool-calls": {"task": "gateway.sweep_lost_calls", "schedule": 30.0},
     "resend-fences": {"task": "oncall.resend_fences", "schedule": 15.0},
     "drain-check": {"task": "rollout.drain_check", "schedule": 15.0},
     "gate-check": {"task": "rollout.gate_check", "schedule": 15.0},

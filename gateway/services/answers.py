@@ -50,7 +50,8 @@ def refusal(
     effect_id: str = "",
 ) -> dict[str, Any]:
     head = f"{outcome} ({reason})" if reason and reason != outcome else outcome
-    text = f"{head}: {message} {ADVICE.get(outcome, '')}".strip()
+    sentence = message.strip().rstrip(".") + "." if message.strip() else ""
+    text = f"{head}: {sentence} {ADVICE.get(outcome, '')}".strip()
     structured: dict[str, Any] = {"outcome": outcome}
     if reason:
         structured["reason"] = reason

@@ -110,7 +110,7 @@ def _slot(rule: Rule, exposed: str, arguments: dict[str, Any], given: Any) -> st
 def call_plan(
     *,
     principal: Principal,
-    attempt_id: uuid.UUID | None,
+    attempt_id: uuid.UUID | str | None,
     exposed: str,
     arguments: dict[str, Any] | None,
     meta: dict[str, Any] | None,
@@ -118,12 +118,11 @@ def call_plan(
 ) -> Call | Step:
     """Step 1: the call, resolved — or the refusal that ends it (no such attempt or tool, no slot)."""
     arguments = arguments or {}
-    if attempt_id is None:
-        named = _meta_value(meta, "attempt_id")
-        try:
-            attempt_id = uuid.UUID(str(named)) if named is not None else None
-        except ValueError:
-            return _answer(refusal("INVALID", f"_meta {META_PREFIX}attempt_id is not a UUID."))
+    named = attempt_id if attempt_id is not None else _meta_value(meta, "attempt_id")
+    try:
+        attempt_id = uuid.UUID(str(named)) if named is not None else None
+    except ValueError:
+        return _answer(refusal("INVALID", f"_meta {META_PREFIX}attempt_id is not a UUID."))
     if attempt_id is None:
         return _answer(
             refusal(

@@ -1,0 +1,108 @@
+"""The gateway's console page: the downstream MCP servers and the per-tool rules (operators change them; every change
+audited), and the recent tool calls with their tool, arguments' digest and answer."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from claims import clock
+from claims.errors import ClaimError, Invalid
+from claims.services.principals import ui_role
+from claims.ui import LIVE_REFRESH_SECONDS, acting, report, role_required
+
+from . import selectors, services
+from .models import Occurred, SlotFrom, ToolKind, Transport
+
+
+@role_required("viewer")
+def gateway_page(request: HttpRequest) -> HttpResponse:
+    ns = request.GET.get("ns", "").strip()
+    return render(
+        request,
+        "gateway/gateway.html",
+        {
+            "ui_role": ui_role(request.user),
+            "fixed": [d for d in selectors.downstreams() if d.source == "settings"],
+            "rows": selectors.downstream_rows(),
+            "rules": selectors.rules(),
+            "calls": selectors.tool_call_rows(namespace=ns or None),
+            "ns": ns,
+            "kinds": ToolKind.values,
+            "slot_froms": SlotFrom.values,
+            "occurreds": Occurred.values,
+            "transports": Transport.values,
+            "taken_at": clock.now(),
+            "refresh_seconds": LIVE_REFRESH_SECONDS,
+        },
+    )
+
+
+def _json_field(raw: str, field: str, kind: type) -> object:
+    if not raw.strip():
+        return kind()
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise Invalid({field: [f"Not JSON: {exc}"]}) from None
+    if not isinstance(value, kind):
+        raise Invalid({field: [f"Must be a JSON {'object' if kind is dict else 'list'}."]})
+    return value
+
+
+def _seconds(raw: str) -> float:
+    try:
+        return float(raw or 30)
+    except ValueError:
+        raise Invalid({"call_timeout_seconds": ["Must be a number of seconds."]}) from None
+
+
+@require_POST
+@role_required("operator")
+def downstream_save(request: HttpRequest) -> HttpResponse:
+    post = request.POST
+    try:
+        services.downstream_save(
+            principal=acting(request),
+            name=post.get("name", "").strip(),
+            prefix=post.get("prefix", "").strip() or post.get("name", "").strip(),
+            transport=post.get("transport", ""),
+            command=[line.strip() for line in post.get("command", "").splitlines() if line.strip()],
+            env=_json_field(post.get("env", ""), "env", dict),  # type: ignore[arg-type]
+            url=post.get("url", "").strip(),
+            call_timeout_seconds=_seconds(post.get("call_timeout_seconds", "")),
+            trust_annotations=post.get("trust_annotations") == "on",
+            enabled=post.get("enabled", "on") == "on",
+        )
+        messages.success(request, f"Saved server {post.get('name')}.")
+    except ClaimError as exc:
+        report(request, exc)
+    return redirect("console:gateway")
+
+
+@require_POST
+@role_required("operator")
+def tool_rule_set(request: HttpRequest) -> HttpResponse:
+    post = request.POST
+    try:
+        services.tool_rule_set(
+            principal=acting(request),
+            downstream=post.get("downstream", "").strip(),
+            tool=post.get("tool", "").strip(),
+            kind=post.get("kind", ToolKind.EFFECT),
+            record_reads=post.get("record_reads") == "on",
+            slot_from=post.get("slot_from", SlotFrom.CANONICAL),
+            slot_argument=post.get("slot_argument", "").strip(),
+            query_tool=post.get("query_tool", "").strip(),
+            query_arguments=_json_field(post.get("query_arguments", ""), "query_arguments", dict),  # type: ignore[arg-type]
+            occurred_if=post.get("occurred_if", Occurred.NOT_ERROR),
+            occurred_text=post.get("occurred_text", ""),
+        )
+        messages.success(request, f"Saved the rule of {post.get('downstream')}/{post.get('tool')}.")
+    except ClaimError as exc:
+        report(request, exc)
+    return redirect("console:gateway")
