@@ -50,6 +50,7 @@ test: lint
 	-@scripts/install-node.sh
 	-@scripts/install-topology.sh
 	-@scripts/install-mysql-client.sh
+	-@scripts/install-mcp-servers.sh
 	$(BIN)/pytest
 	$(BIN)/pytest tests/claims tests/oncall --ds=controlplane.settings.test_core -p no:cacheprovider
 

@@ -161,7 +161,9 @@ class Pool:
             held.tools, held.tools_at = tools, anyio.current_time()
         return tools
 
-    async def call(self, config: DownstreamConfig, tool: str, arguments: dict[str, Any]) -> Outcome:
+    async def call(
+        self, config: DownstreamConfig, tool: str, arguments: dict[str, Any], *, progress: Any = None
+    ) -> Outcome:
         """One call, bounded by the server's timeout; never raises (see the module for what each failure means)."""
         try:
             session = await self._session(config)
@@ -169,7 +171,7 @@ class Pool:
             return Outcome(EffectState.FAILED, None, "unavailable", f"{exc}"[:500], unavailable=True)
         try:
             with anyio.fail_after(config.call_timeout_seconds):
-                result = await session.call_tool(tool, arguments)
+                result = await session.call_tool(tool, arguments, progress_callback=progress)
         except TimeoutError:
             return Outcome(
                 EffectState.UNKNOWN, None, "timeout", f"no answer in {config.call_timeout_seconds} s"

@@ -20,13 +20,16 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import close_old_connections
+from django.http.request import split_domain_port, validate_host
 from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -38,7 +41,6 @@ from claims.models import EffectState, Principal, Role
 from . import selectors
 from .downstream import Outcome, pool
 from .models import Occurred
-from .selectors import SEPARATOR
 from .services import Call, Step, call_begin, call_lost, call_plan, call_reconcile, call_record
 from .services.answers import refusal
 from .services.calls import lost_after_seconds
@@ -46,6 +48,7 @@ from .services.calls import lost_after_seconds
 log = logging.getLogger(__name__)
 
 WAIT_POLL_SECONDS = 0.1
+Progress = Callable[[float, "float | None", "str | None"], Awaitable[None]]
 
 
 async def db(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -76,9 +79,19 @@ async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> t
             log.warning("tools/list: %s unavailable: %s", config.name, exc)
             continue
         tools.extend(
-            tool.model_copy(update={"name": f"{config.prefix}{SEPARATOR}{tool.name}"}) for tool in found
+            tool.model_copy(update={"name": selectors.exposed_name(config, tool.name)}) for tool in found
         )
     return types.ListToolsResult(tools=tools)
+
+
+async def list_resources(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+    """The gateway proxies tools only: no resources (an empty list for clients that list everything on connect)."""
+    return types.ListResourcesResult(resources=[])
+
+
+async def list_prompts(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+    """The gateway proxies tools only: no prompts."""
+    return types.ListPromptsResult(prompts=[])
 
 
 async def _annotations(call_name: str) -> dict[str, Any]:
@@ -111,24 +124,42 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     )
     if isinstance(plan, Step):
         return _result(plan.result)
+    progress = _progress_forwarder(ctx, meta)
     # From here the ledger may commit to sending: a client that hangs up does not stop the call half-way.
     with anyio.CancelScope(shield=True):
-        body = await drive(plan)
+        body = await drive(plan, progress)
     return _result(body)
+
+
+def _progress_forwarder(ctx: Any, meta: dict[str, Any] | None) -> Progress | None:
+    """The downstream's progress notifications, sent on to the caller under the caller's own progress token."""
+    token = next((meta[key] for key in ("progressToken", "progress_token") if key in (meta or {})), None)
+    if token is None:
+        return None
+
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        with contextlib.suppress(
+            Exception
+        ):  # a caller gone or a closed stream loses a notification, not the call
+            await ctx.session.send_progress_notification(
+                token, progress, total, message, related_request_id=ctx.request_id
+            )
+
+    return forward
 
 
 def _result(body: dict[str, Any] | None) -> types.CallToolResult:
     return types.CallToolResult.model_validate(body or {"content": [], "isError": True})
 
 
-async def drive(call: Call) -> dict[str, Any]:
+async def drive(call: Call, progress: Progress | None = None) -> dict[str, Any]:
     """The steps of one call (``gateway.services.calls``) until it has an answer."""
     for _ in range(4):
         step = await db(call_begin, call)
         if step.kind == "ANSWER":
             return step.result or {}
         if step.kind == "SEND":
-            return await _send(call, step)
+            return await _send(call, step, progress)
         if step.kind == "WAIT":
             if not await _settled(step.effect_id, call):
                 if await db(call_lost, step=step, downstream=call.downstream):
@@ -143,8 +174,8 @@ async def drive(call: Call) -> dict[str, Any]:
     return refusal("IN_FLIGHT", "The call did not settle; its effect is being decided by another call.")
 
 
-async def _send(call: Call, step: Step) -> dict[str, Any]:
-    outcome = await pool.call(call.downstream, call.tool, call.arguments)
+async def _send(call: Call, step: Step, progress: Progress | None = None) -> dict[str, Any]:
+    outcome = await pool.call(call.downstream, call.tool, call.arguments, progress=progress)
     if not call.passes_through:
         await db(
             call_record,
@@ -234,6 +265,8 @@ server: Server[Any] = Server(
     ),
     on_list_tools=list_tools,
     on_call_tool=call_tool,
+    on_list_resources=list_resources,
+    on_list_prompts=list_prompts,
 )
 
 _PATH = re.compile(r"^/mcp(?:/attempts/(?P<attempt>[^/]+))?/?$")
@@ -252,6 +285,20 @@ async def _plain(
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def _allowed_origin(headers: dict[bytes, bytes]) -> bool:
+    """The Host header, and the Origin header when a browser sends one, name a host of ``ALLOWED_HOSTS`` — the check
+    Django makes for its own views, made here too because the gateway is not a Django view."""
+    host = headers.get(b"host", b"").decode("latin-1")
+    domain, _port = split_domain_port(host)
+    if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+        return False
+    origin = headers.get(b"origin", b"").decode("latin-1")
+    if not origin:
+        return True
+    origin_domain, _ = split_domain_port(urlsplit(origin).netloc)
+    return bool(origin_domain) and validate_host(origin_domain, settings.ALLOWED_HOSTS)
 
 
 class Gateway:
@@ -284,8 +331,13 @@ class Gateway:
             except ValueError:
                 await _plain(send, 404, "the attempt in the path is not a UUID")
                 return
+        headers = dict(scope["headers"])
+        if not _allowed_origin(headers):
+            # DNS rebinding: a page on another site resolving to this server is refused before anything else.
+            await _plain(send, 400, "Host or Origin not allowed (ALLOWED_HOSTS)")
+            return
         challenge = [(b"www-authenticate", b'Bearer realm="mcp"')]
-        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        header = headers.get(b"authorization", b"").decode("latin-1")
         scheme, _, raw = header.partition(" ")
         if scheme.lower() != "bearer" or not raw.strip():
             await _plain(send, 401, "expected 'Authorization: Bearer <worker token>'", challenge)

@@ -45,7 +45,7 @@ class Rule:
 def _from_settings(entry: dict[str, Any]) -> DownstreamConfig:
     return DownstreamConfig(
         name=entry["name"],
-        prefix=entry.get("prefix", entry["name"]),
+        prefix=entry["name"] if entry.get("prefix") is None else entry["prefix"],
         transport=entry.get("transport", Transport.STDIO if entry.get("command") else Transport.HTTP),
         command=tuple(entry.get("command", ())),
         env=tuple(sorted(entry.get("env", {}).items())),
@@ -59,7 +59,7 @@ def _from_settings(entry: dict[str, Any]) -> DownstreamConfig:
 def downstreams() -> list[DownstreamConfig]:
     """Every enabled downstream: those in settings (``MCP_DOWNSTREAMS``), then those made in the console."""
     found = [_from_settings(entry) for entry in settings.MCP_DOWNSTREAMS]
-    taken = {d.name for d in found} | {d.prefix for d in found}
+    taken = {d.name for d in found} | {d.prefix for d in found if d.prefix}
     for row in Downstream.objects.filter(enabled=True).order_by("name"):
         if row.name in taken or row.prefix in taken:
             continue  # settings win: a console row cannot shadow what the deployment fixed
@@ -82,14 +82,23 @@ def downstream_rows() -> list[Downstream]:
     return list(Downstream.objects.order_by("name"))
 
 
+def exposed_name(config: DownstreamConfig, tool: str) -> str:
+    """``<prefix>__<tool>``; a server with an empty prefix shows its tools under their own names."""
+    return f"{config.prefix}{SEPARATOR}{tool}" if config.prefix else tool
+
+
 def route(exposed: str) -> tuple[DownstreamConfig, str] | None:
-    """The downstream and its own tool name behind an exposed ``<prefix>__<tool>``."""
+    """The downstream and its own tool name behind an exposed name: ``<prefix>__<tool>``, else a tool of the server
+    with an empty prefix."""
+    configs = downstreams()
     prefix, sep, tool = exposed.partition(SEPARATOR)
-    if not sep or not tool:
-        return None
-    for config in downstreams():
-        if config.prefix == prefix:
-            return config, tool
+    if sep and tool:
+        for config in configs:
+            if config.prefix and config.prefix == prefix:
+                return config, tool
+    for config in configs:
+        if not config.prefix:
+            return config, exposed
     return None
 
 

