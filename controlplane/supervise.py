@@ -37,7 +37,20 @@ def processes(host: str, port: str, loglevel: str = "WARNING") -> dict[str, list
     from django.conf import settings
 
     return {
-        "web": [python, "-m", "controlplane.cli", "manage", "runserver", "--noreload", f"{host}:{port}"],
+        # uvicorn, one process, on the ASGI application: the API and console, and the MCP gateway under /mcp (whose
+        # session manager and downstream connections the ASGI lifespan runs) — as `claimctl serve` has them.
+        "web": [
+            python,
+            "-m",
+            "uvicorn",
+            "controlplane.asgi:application",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--log-level",
+            loglevel.lower(),
+        ],
         "worker": [
             python,
             "-m",

@@ -41,7 +41,7 @@ from claims.models import EffectState, Principal, Role
 from . import selectors
 from .downstream import Outcome, pool
 from .models import Occurred
-from .services import Call, Step, call_begin, call_lost, call_plan, call_reconcile, call_record
+from .services import Call, Step, call_begin, call_lost, call_reconcile, call_record, call_start
 from .services.answers import refusal
 from .services.calls import lost_after_seconds
 
@@ -96,8 +96,9 @@ async def list_prompts(ctx: Any, params: types.PaginatedRequestParams | None) ->
 
 async def _annotations(call_name: str) -> dict[str, Any]:
     """The tool's annotations, asked only of a trusted server (an untrusted server's hints change nothing)."""
-    routed = await db(selectors.route, call_name)
-    if routed is None or not routed[0].trust_annotations:
+    cached = selectors.route_cached(call_name)
+    routed = await db(selectors.route, call_name) if cached is False else cached
+    if not isinstance(routed, tuple) or not routed[0].trust_annotations:
         return {}
     config, tool = routed
     for found in await pool.list_tools(config):
@@ -108,13 +109,12 @@ async def _annotations(call_name: str) -> dict[str, Any]:
 
 async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
     gate: Gate = ctx.request.scope["claim_gateway"]
-    meta = (
-        params.meta
-        if isinstance(params.meta, dict) or params.meta is None
-        else params.meta.model_dump(by_alias=True)
+    raw: Any = params.meta
+    meta: dict[str, Any] | None = (
+        raw if isinstance(raw, dict) or raw is None else raw.model_dump(by_alias=True)
     )
-    plan = await db(
-        call_plan,
+    started = await db(
+        call_start,
         principal=gate.principal,
         attempt_id=gate.attempt_id,
         exposed=params.name,
@@ -122,18 +122,20 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         meta=meta,
         annotations=await _annotations(params.name),
     )
-    if isinstance(plan, Step):
-        return _result(plan.result)
+    if isinstance(started, Step):
+        return _result(started.result)
+    plan, first = started
     progress = _progress_forwarder(ctx, meta)
     # From here the ledger may commit to sending: a client that hangs up does not stop the call half-way.
     with anyio.CancelScope(shield=True):
-        body = await drive(plan, progress)
+        body = await drive(plan, progress, first)
     return _result(body)
 
 
 def _progress_forwarder(ctx: Any, meta: dict[str, Any] | None) -> Progress | None:
     """The downstream's progress notifications, sent on to the caller under the caller's own progress token."""
-    token = next((meta[key] for key in ("progressToken", "progress_token") if key in (meta or {})), None)
+    given = meta or {}
+    token = next((given[key] for key in ("progressToken", "progress_token") if key in given), None)
     if token is None:
         return None
 
@@ -152,10 +154,10 @@ def _result(body: dict[str, Any] | None) -> types.CallToolResult:
     return types.CallToolResult.model_validate(body or {"content": [], "isError": True})
 
 
-async def drive(call: Call, progress: Progress | None = None) -> dict[str, Any]:
+async def drive(call: Call, progress: Progress | None = None, first: Step | None = None) -> dict[str, Any]:
     """The steps of one call (``gateway.services.calls``) until it has an answer."""
     for _ in range(4):
-        step = await db(call_begin, call)
+        step, first = first or await db(call_begin, call), None
         if step.kind == "ANSWER":
             return step.result or {}
         if step.kind == "SEND":

@@ -3,6 +3,7 @@ holds, and the tool calls recorded for the console."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,11 +57,36 @@ def _from_settings(entry: dict[str, Any]) -> DownstreamConfig:
     )
 
 
+class _Cached:
+    """The console's downstream rows and tool rules, read at most every ``MCP_CONFIG_CACHE_SECONDS`` per process: a
+    tool call pays no query for them. A change made in this process is seen at once (``forget``), in the others
+    within the bound."""
+
+    def __init__(self) -> None:
+        self.at = -1e9
+        self.rows: list[Downstream] = []
+        self.rules: dict[tuple[str, str], ToolRule] = {}
+
+    def fresh(self) -> _Cached:
+        if time.monotonic() - self.at > settings.MCP_CONFIG_CACHE_SECONDS:
+            self.rows = list(Downstream.objects.filter(enabled=True).order_by("name"))
+            self.rules = {(r.downstream, r.tool): r for r in ToolRule.objects.all()}
+            self.at = time.monotonic()
+        return self
+
+    def forget(self) -> None:
+        self.at = -1e9
+
+
+_cached = _Cached()
+forget = _cached.forget
+
+
 def downstreams() -> list[DownstreamConfig]:
     """Every enabled downstream: those in settings (``MCP_DOWNSTREAMS``), then those made in the console."""
     found = [_from_settings(entry) for entry in settings.MCP_DOWNSTREAMS]
     taken = {d.name for d in found} | {d.prefix for d in found if d.prefix}
-    for row in Downstream.objects.filter(enabled=True).order_by("name"):
+    for row in _cached.fresh().rows:
         if row.name in taken or row.prefix in taken:
             continue  # settings win: a console row cannot shadow what the deployment fixed
         found.append(
@@ -87,6 +113,13 @@ def exposed_name(config: DownstreamConfig, tool: str) -> str:
     return f"{config.prefix}{SEPARATOR}{tool}" if config.prefix else tool
 
 
+def route_cached(exposed: str) -> tuple[DownstreamConfig, str] | None | bool:  # False: cold
+    """``route`` without a query when the cache is warm; False when it is cold (the caller asks the database)."""
+    if time.monotonic() - _cached.at > settings.MCP_CONFIG_CACHE_SECONDS:
+        return False
+    return route(exposed)
+
+
 def route(exposed: str) -> tuple[DownstreamConfig, str] | None:
     """The downstream and its own tool name behind an exposed name: ``<prefix>__<tool>``, else a tool of the server
     with an empty prefix."""
@@ -105,7 +138,7 @@ def route(exposed: str) -> tuple[DownstreamConfig, str] | None:
 def rule_for(downstream: str, tool: str, *, read_only_hint: bool = False, trusted: bool = False) -> Rule:
     """The operator's rule for a tool (the console's, else settings' ``MCP_TOOL_RULES``); with none, an EFFECT with a
     CANONICAL slot — or READ_ONLY when the server is trusted and annotates the tool readOnlyHint."""
-    row = ToolRule.objects.filter(downstream=downstream, tool=tool).first()
+    row = _cached.fresh().rules.get((downstream, tool))
     if row is not None:
         return Rule(
             kind=row.kind,

@@ -15,7 +15,7 @@ from ._base import (
 from .claiming import ClaimGrant, task_claim, task_claim_batch, task_claim_next
 from .commit_many import task_commit_many
 from .dispatch import Delivery, dispatch_apply, dispatch_deliver, dispatch_lost
-from .dispatching import effect_dispatch
+from .dispatching import PreparedDispatch, effect_dispatch, effect_prepare_dispatch
 from .effects import (
     Prepared,
     effect_approve,
@@ -49,6 +49,8 @@ __all__ = [
     "dispatch_lost",
     "effect_approve",
     "effect_dispatch",
+    "effect_prepare_dispatch",
+    "PreparedDispatch",
     "effect_prepare",
     "effect_reconcile",
     "effect_record_outcome",

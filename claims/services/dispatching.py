@@ -4,6 +4,7 @@ transaction of its checks; the delivery is the Celery job ``claims.deliver_dispa
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from celery import current_app
@@ -16,7 +17,8 @@ from ..models import Attempt, DispatchIntent, DispatchState, Effect, EventKind, 
 from ..models import EffectState as E
 from . import ledger
 from ._base import NamespaceHold
-from .effects import _at_effect_point, _authorise, _task_of
+from .authority import Acceptance
+from .effects import _at_effect_point, _authorise, _bound, _task_of, next_step
 from .resources import check_dispatch_resources, lock_keys
 
 
@@ -54,61 +56,166 @@ def effect_dispatch(
         owner_id=owner_id,
         effect_id=effect_id,
     ) as (at, effect):
-        ns, task = at.ns, at.task
+        task = at.task
         if effect is None:
             raise NotFound("no such effect")
         keys: list[ResourceKey] = []
         if task.resources:  # the last lock of the order (after task and effect); the clock is read after it
             keys, db_now = lock_keys(sorted(task.resources), lock="FOR SHARE")
             at.after(db_now)
-            ns = at.ns
         _authorise(at)
-        in_flight = DispatchIntent.objects.filter(
-            effect=effect, state__in=[DispatchState.PENDING, DispatchState.SENDING]
-        ).first()
-        if in_flight is not None:
-            return in_flight, False
-        _require_dispatchable(effect, payload, ns)
-        fences = Attempt.objects.filter(pk=attempt_id).values_list("fences", flat=True).first() or {}
-        check_dispatch_resources(keys, attempt_fences=fences)
-        interleave.reach("effect_dispatch.checked")
-        intent = DispatchIntent.objects.create(
-            effect=effect,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
+        return _record_intent(
+            at,
+            effect,
+            keys,
             payload=payload,
             target=target,
-            fence_headers={key: value["token"] for key, value in fences.items()},
-            created_at=ns.now,
-            inline=inline,
-            state=DispatchState.SENDING if inline else DispatchState.PENDING,
-            sending_at=ns.now if inline else None,
-            deliveries=1 if inline else 0,
-        )
-        effect.dispatched_at, effect.updated_at = ns.now, ns.now
-        effect.save(update_fields=["dispatched_at", "updated_at"])
-        ledger.record(
-            effect,
-            "dispatch_recorded",
-            at=ns.now,
-            principal=principal,
             attempt_id=attempt_id,
             claim_generation=claim_generation,
-            detail={"dispatch_id": str(intent.pk), "target": target},
+            owner_id=owner_id,
+            inline=inline,
         )
+
+
+def _record_intent(
+    at: Acceptance,
+    effect: Effect,
+    keys: list[ResourceKey],
+    *,
+    payload: Any,
+    target: str,
+    attempt_id: uuid.UUID,
+    claim_generation: int,
+    owner_id: str,
+    inline: bool,
+) -> tuple[DispatchIntent, bool]:
+    """A dispatch's checks after authority and its records, inside the caller's acceptance point (its locks held):
+    the intent in flight if there is one; else the payload, state, approval and resource checks, then the intent,
+    the effect's ``dispatched_at`` and the ledger's entries — and, unless ``inline``, the delivery job on commit."""
+    ns, principal = at.ns, at.principal
+    in_flight = DispatchIntent.objects.filter(
+        effect=effect, state__in=[DispatchState.PENDING, DispatchState.SENDING]
+    ).first()
+    if in_flight is not None:
+        return in_flight, False
+    _require_dispatchable(effect, payload, ns)
+    fences = Attempt.objects.filter(pk=attempt_id).values_list("fences", flat=True).first() or {}
+    check_dispatch_resources(keys, attempt_fences=fences)
+    interleave.reach("effect_dispatch.checked")
+    intent = DispatchIntent.objects.create(
+        effect=effect,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        payload=payload,
+        target=target,
+        fence_headers={key: value["token"] for key, value in fences.items()},
+        created_at=ns.now,
+        inline=inline,
+        state=DispatchState.SENDING if inline else DispatchState.PENDING,
+        sending_at=ns.now if inline else None,
+        deliveries=1 if inline else 0,
+    )
+    effect.dispatched_at, effect.updated_at = ns.now, ns.now
+    effect.save(update_fields=["dispatched_at", "updated_at"])
+    ledger.record(
+        effect,
+        "dispatch_recorded",
+        at=ns.now,
+        principal=principal,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        detail={"dispatch_id": str(intent.pk), "target": target},
+    )
+    ledger.task_event(
+        EventKind.DISPATCH_RECORDED,
+        effect,
+        ns,
+        principal,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        owner_id=owner_id,
+        detail={"dispatch_id": str(intent.pk)},
+    )
+    if not inline:
+        transaction.on_commit(lambda: enqueue("claims.deliver_dispatch", str(intent.pk)))
+    return intent, True
+
+
+@dataclass(frozen=True)
+class PreparedDispatch:
+    effect: Effect
+    outcome: str  # effect_prepare's: PREPARED | RECONCILE_REQUIRED | ALREADY_COMMITTED | APPROVAL_REQUIRED
+    created: bool
+    intent: DispatchIntent | None  # with PREPARED: the intent recorded now, or the one in flight
+    recorded: bool  # the intent is this call's
+
+
+def effect_prepare_dispatch(
+    *,
+    principal: Principal,
+    task_id: str,
+    effect_slot: str,
+    payload: Any,
+    target: str,
+    attempt_id: uuid.UUID,
+    claim_generation: int,
+    scheduler_epoch: int,
+    owner_id: str,
+    non_replayable: bool = False,
+    inline: bool = True,
+) -> PreparedDispatch:
+    """``effect_prepare`` and, when it answers PREPARED, ``effect_dispatch`` — in one transaction at one acceptance
+    point: the MCP gateway's step before it calls a tool. The payload's digest is what is bound; the locks are the
+    task row with its namespace, the effect row, then the task's resource keys (FOR SHARE), the clock read after
+    them all. Any refusal rolls the whole step back."""
+    with _at_effect_point(
+        principal,
+        task_id,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        scheduler_epoch=scheduler_epoch,
+        owner_id=owner_id,
+        effect_slot=effect_slot,
+    ) as (at, existing):
+        keys: list[ResourceKey] = []
+        if at.task.resources:
+            keys, db_now = lock_keys(sorted(at.task.resources), lock="FOR SHARE")
+            at.after(db_now)
+        _authorise(at)
+        effect = _bound(
+            at,
+            existing,
+            effect_slot=effect_slot,
+            payload_digest=digest(payload),
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            non_replayable=non_replayable,
+        )
+        outcome = next_step(effect)
         ledger.task_event(
-            EventKind.DISPATCH_RECORDED,
+            EventKind.EFFECT_PREPARED,
             effect,
-            ns,
+            at.ns,
             principal,
             attempt_id=attempt_id,
             claim_generation=claim_generation,
             owner_id=owner_id,
-            detail={"dispatch_id": str(intent.pk)},
+            detail={"outcome": outcome},
         )
-        if not inline:
-            transaction.on_commit(lambda: enqueue("claims.deliver_dispatch", str(intent.pk)))
-    return intent, True
+        if outcome != "PREPARED":
+            return PreparedDispatch(effect, outcome, existing is None, None, False)
+        intent, recorded = _record_intent(
+            at,
+            effect,
+            keys,
+            payload=payload,
+            target=target,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            owner_id=owner_id,
+            inline=inline,
+        )
+        return PreparedDispatch(effect, outcome, existing is None, intent, recorded)
 
 
 def _require_dispatchable(effect: Effect, payload: Any, ns: NamespaceHold) -> None:

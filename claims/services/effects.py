@@ -104,6 +104,14 @@ _NEXT_STEP: dict[str, str] = {
 }
 
 
+def next_step(effect: Effect) -> str:
+    """What a worker may do next with an effect its prepare bound (FAILED was moved back to PREPARED)."""
+    outcome = _NEXT_STEP[effect.state]
+    if outcome == "PREPARED" and effect.non_replayable and effect.approved_at is None:
+        return "APPROVAL_REQUIRED"
+    return outcome
+
+
 def _lock_effect(effect_id: str) -> Effect:
     effect = Effect.objects.select_for_update().filter(pk=effect_id).first()
     if effect is None:
@@ -159,9 +167,7 @@ def effect_prepare(
             claim_generation=claim_generation,
             non_replayable=non_replayable,
         )
-        outcome = _NEXT_STEP[effect.state]
-        if outcome == "PREPARED" and effect.non_replayable and effect.approved_at is None:
-            outcome = "APPROVAL_REQUIRED"
+        outcome = next_step(effect)
         ledger.task_event(
             EventKind.EFFECT_PREPARED,
             effect,

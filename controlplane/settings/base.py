@@ -397,6 +397,9 @@ for _entry in MCP_DOWNSTREAMS:
 MCP_TOOL_RULES = env_json_list("MCP_TOOL_RULES", [])
 # A call's sender silent this long past its server's timeout (its process died mid-call) is recorded UNKNOWN.
 MCP_LOST_GRACE_SECONDS = env_int("MCP_LOST_GRACE_SECONDS", 30, minimum=1)
+# How long a process keeps the console's servers and tool rules before reading them again (a change made in the
+# process itself is seen at once).
+MCP_CONFIG_CACHE_SECONDS = env_int("MCP_CONFIG_CACHE_SECONDS", 5, minimum=0)
 
 # --- the dispatch gateway (claim-v1.md §6) ------------------------------------------------------------
 # Hosts a dispatch may target (exact host names or IPs); anything else is a 400. Empty: no dispatch allowed.

@@ -9,6 +9,7 @@ from .calls import (
     call_plan,
     call_reconcile,
     call_record,
+    call_start,
     calls_sweep_lost,
 )
 from .registry import downstream_save, tool_rule_set
@@ -19,6 +20,7 @@ __all__ = [
     "call_begin",
     "call_lost",
     "call_plan",
+    "call_start",
     "call_reconcile",
     "call_record",
     "calls_sweep_lost",

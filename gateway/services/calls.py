@@ -38,7 +38,7 @@ from claims import clock
 from claims.digest import canonical_json, digest
 from claims.errors import ClaimError
 from claims.models import DispatchIntent, DispatchState, Effect, EffectState, Principal
-from claims.services import dispatch_apply, dispatch_lost, effect_dispatch, effect_prepare, effect_reconcile
+from claims.services import dispatch_apply, dispatch_lost, effect_prepare_dispatch, effect_reconcile
 
 from .. import selectors
 from ..models import SlotFrom, ToolCall, ToolKind
@@ -176,8 +176,6 @@ def _claim_kwargs(call: Call) -> dict[str, Any]:
 
 def _keep_call(call: Call, effect: Effect) -> None:
     """The call behind the effect, written once (the first prepare of the slot through the gateway)."""
-    if ToolCall.objects.filter(pk=effect.pk).exists():
-        return
     try:
         with transaction.atomic():
             ToolCall.objects.create(
@@ -201,21 +199,25 @@ def _replay(effect: Effect) -> dict[str, Any]:
 
 
 def call_begin(call: Call) -> Step:
-    """Step 2: bind the effect and, when it may be sent, record the intent to send it (see the module)."""
+    """Step 2: bind the effect and, when it may be sent, record the intent to send it — one transaction at the effect
+    acceptance point (``effect_prepare_dispatch``; see the module)."""
     if call.passes_through:
         return Step("SEND")
     try:
-        prepared = effect_prepare(
+        prepared = effect_prepare_dispatch(
             task_id=call.claim.task_id,
             effect_slot=call.slot,
-            payload_digest=call.payload_digest,
+            payload=call.payload,
+            target=f"{TARGET_SCHEME}://{call.downstream.name}/{call.tool}",
             non_replayable=call.rule.kind == ToolKind.NON_REPLAYABLE,
+            inline=True,
             **_claim_kwargs(call),
         )
     except ClaimError as exc:
         return _answer(from_error(exc))
     effect = prepared.effect
-    _keep_call(call, effect)
+    if prepared.created or prepared.recorded:
+        _keep_call(call, effect)  # the first call of the slot, or a send after one whose record was lost
     if prepared.outcome == "ALREADY_COMMITTED":
         return _answer(_replay(effect), effect.pk)
     if prepared.outcome == "APPROVAL_REQUIRED":
@@ -229,17 +231,17 @@ def call_begin(call: Call) -> Step:
         return _answer(
             refusal("RECONCILE_REQUIRED", f"Effect {effect.pk} is UNKNOWN.", effect_id=effect.pk), effect.pk
         )
-    try:
-        intent, created = effect_dispatch(
-            effect_id=effect.pk,
-            payload=call.payload,
-            target=f"{TARGET_SCHEME}://{call.downstream.name}/{call.tool}",
-            inline=True,
-            **_claim_kwargs(call),
-        )
-    except ClaimError as exc:
-        return _answer(from_error(exc, effect_id=effect.pk), effect.pk)
-    return Step("SEND" if created else "WAIT", effect_id=effect.pk, dispatch_id=str(intent.pk))
+    assert prepared.intent is not None
+    kind = "SEND" if prepared.recorded else "WAIT"
+    return Step(kind, effect_id=effect.pk, dispatch_id=str(prepared.intent.pk))
+
+
+def call_start(**plan: Any) -> Step | tuple[Call, Step]:
+    """Steps 1 and 2 in one go (one hop to the database thread): the refusal, or the call and its first step."""
+    call = call_plan(**plan)
+    if isinstance(call, Step):
+        return call
+    return call, call_begin(call)
 
 
 def call_record(

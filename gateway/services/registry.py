@@ -14,6 +14,7 @@ from claims.errors import Invalid
 from claims.models import Principal
 from claims.services import audit
 
+from .. import selectors
 from ..models import Downstream, Occurred, SlotFrom, ToolKind, ToolRule, Transport
 
 
@@ -105,6 +106,7 @@ def downstream_save(
                 "env": sorted((env or {}).keys()),
             },
         )
+        transaction.on_commit(selectors.forget)
     return row
 
 
@@ -164,4 +166,5 @@ def tool_rule_set(
             target=f"{downstream}/{tool}",
             detail=values,
         )
+        transaction.on_commit(selectors.forget)
     return row

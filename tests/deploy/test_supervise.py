@@ -44,7 +44,7 @@ def _children(run: Process) -> dict[str, int]:
             cmdline = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
         except FileNotFoundError:
             continue
-        for role, mark in (("web", "runserver"), ("worker", " worker "), ("beat", " beat ")):
+        for role, mark in (("web", "uvicorn controlplane.asgi"), ("worker", " worker "), ("beat", " beat ")):
             if mark in cmdline and role not in found:
                 found[role] = pid
     return found
