@@ -4,6 +4,7 @@ transaction of its checks; the delivery is the Celery job ``claims.deliver_dispa
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,7 +100,10 @@ def _record_intent(
     if in_flight is not None:
         return in_flight, False
     _require_dispatchable(effect, payload, ns)
-    fences = Attempt.objects.filter(pk=attempt_id).values_list("fences", flat=True).first() or {}
+    # The fences a claim took are those of its task's resources: none to read when the task lists none.
+    fences = (
+        (Attempt.objects.filter(pk=attempt_id).values_list("fences", flat=True).first() or {}) if keys else {}
+    )
     check_dispatch_resources(keys, attempt_fences=fences)
     interleave.reach("effect_dispatch.checked")
     intent = DispatchIntent.objects.create(
@@ -163,11 +167,13 @@ def effect_prepare_dispatch(
     owner_id: str,
     non_replayable: bool = False,
     inline: bool = True,
+    also: Callable[[Effect], None] | None = None,
 ) -> PreparedDispatch:
     """``effect_prepare`` and, when it answers PREPARED, ``effect_dispatch`` — in one transaction at one acceptance
     point: the MCP gateway's step before it calls a tool. The payload's digest is what is bound; the locks are the
     task row with its namespace, the effect row, then the task's resource keys (FOR SHARE), the clock read after
-    them all. Any refusal rolls the whole step back."""
+    them all. Any refusal rolls the whole step back. ``also(effect)`` runs in the same transaction when the effect is
+    new or an intent was recorded now (the gateway writes its tool call beside the effect)."""
     with _at_effect_point(
         principal,
         task_id,
@@ -203,6 +209,8 @@ def effect_prepare_dispatch(
             detail={"outcome": outcome},
         )
         if outcome != "PREPARED":
+            if also is not None and existing is None:
+                also(effect)
             return PreparedDispatch(effect, outcome, existing is None, None, False)
         intent, recorded = _record_intent(
             at,
@@ -215,6 +223,8 @@ def effect_prepare_dispatch(
             owner_id=owner_id,
             inline=inline,
         )
+        if also is not None and (existing is None or recorded):
+            also(effect)
         return PreparedDispatch(effect, outcome, existing is None, intent, recorded)
 
 

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from claims import clock
@@ -175,20 +174,19 @@ def _claim_kwargs(call: Call) -> dict[str, Any]:
 
 
 def _keep_call(call: Call, effect: Effect) -> None:
-    """The call behind the effect, written once (the first prepare of the slot through the gateway)."""
-    try:
-        with transaction.atomic():
-            ToolCall.objects.create(
-                effect_id=effect.pk,
-                namespace_id=effect.namespace_id,
-                downstream=call.downstream.name,
-                tool=call.tool,
-                arguments=call.arguments,
-                arguments_digest=call.payload_digest,
-                created_at=clock.now(),
-            )
-    except IntegrityError:
-        pass  # a racing first call wrote it: the same call, by the same slot and digest
+    """The call behind the effect, written once (the first prepare of the slot through the gateway), inside the
+    transaction that prepares it — under the effect's row lock, so no other call of the slot writes it meanwhile."""
+    if ToolCall.objects.filter(pk=effect.pk).exists():
+        return
+    ToolCall.objects.create(
+        effect_id=effect.pk,
+        namespace_id=effect.namespace_id,
+        downstream=call.downstream.name,
+        tool=call.tool,
+        arguments=call.arguments,
+        arguments_digest=call.payload_digest,
+        created_at=effect.updated_at,
+    )
 
 
 def _replay(effect: Effect) -> dict[str, Any]:
@@ -211,13 +209,14 @@ def call_begin(call: Call) -> Step:
             target=f"{TARGET_SCHEME}://{call.downstream.name}/{call.tool}",
             non_replayable=call.rule.kind == ToolKind.NON_REPLAYABLE,
             inline=True,
+            # the first call of the slot (or a send after one whose record is missing): its call, in the same
+            # transaction as the effect
+            also=lambda effect: _keep_call(call, effect),
             **_claim_kwargs(call),
         )
     except ClaimError as exc:
         return _answer(from_error(exc))
     effect = prepared.effect
-    if prepared.created or prepared.recorded:
-        _keep_call(call, effect)  # the first call of the slot, or a send after one whose record was lost
     if prepared.outcome == "ALREADY_COMMITTED":
         return _answer(_replay(effect), effect.pk)
     if prepared.outcome == "APPROVAL_REQUIRED":
