@@ -22,6 +22,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -259,8 +260,16 @@ async def _reconcile(call: Call, step: Step) -> dict[str, Any] | None:
     )
 
 
+def _version() -> str:
+    try:
+        return metadata.version("claim-control-plane")
+    except metadata.PackageNotFoundError:  # a checkout run without installing
+        return ""
+
+
 server: Server[Any] = Server(
     "claim-control-plane-gateway",
+    version=_version(),
     instructions=(
         "Tools of other MCP servers, each call an effect of your claim: a repeated call returns the recorded "
         "answer instead of running again; a refusal says what to do next."

@@ -264,3 +264,45 @@ def test_calls_name_their_claim_by_endpoint_or_meta_and_act_only_as_their_token(
     assert outcome(not_hers) == "FORBIDDEN"
     assert len(gw.records()) == 1
     assert Task.objects.get().state == "CLAIMED"
+
+
+def test_the_sdks_high_level_client_on_the_2026_protocol_gets_the_same_protection(gateway_server, people):
+    """``mcp.client.Client`` (mode auto) speaks the 2026-07-28 revision: no session, a new request id every time,
+    and a silent resend on a header mismatch — every repeat is still the one effect."""
+    import httpx2
+    from mcp.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    gw = gateway_server()
+    operator, agent, _ = people
+    claim = _claimed(operator, agent)
+    endpoint = f"{gw.url}/mcp/attempts/{claim['attempt_id']}"
+
+    async def twice():
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {agent.token}"}) as http:
+            async with Client(
+                streamable_http_client(endpoint, http_client=http), mode="auto", cache=None
+            ) as client:
+                first = await client.call_tool(RECORD, {"name": "modern"})
+                again = await client.call_tool(RECORD, {"name": "modern"})
+                return client, first, again
+
+    client, first, again = anyio.run(twice)
+
+    assert not first.is_error and again.meta[META + "replayed"] is True
+    assert text(first) == text(again)
+    assert len(gw.records()) == 1
+
+
+def test_a_recorded_read_only_tool_answers_its_first_read_again(gateway_server, people):
+    rules = [{"downstream": "counting", "tool": "count", "kind": "READ_ONLY", "record_reads": True}]
+    gw = gateway_server(rules=rules)
+    operator, agent, _ = people
+    claim = _claimed(operator, agent)
+
+    before = call(gw.url, agent.token, claim["attempt_id"], "rec__count", {})
+    call(gw.url, agent.token, claim["attempt_id"], RECORD, {"name": "one more"})
+    again = call(gw.url, agent.token, claim["attempt_id"], "rec__count", {})
+
+    assert text(before) == text(again) == "0"  # the task's own read, as first seen
+    assert ToolCall.objects.filter(tool="count").count() == 1
