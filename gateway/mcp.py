@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
+import mcp_types
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
@@ -114,15 +115,21 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     meta: dict[str, Any] | None = (
         raw if isinstance(raw, dict) or raw is None else raw.model_dump(by_alias=True)
     )
-    started = await db(
-        call_start,
-        principal=gate.principal,
-        attempt_id=gate.attempt_id,
-        exposed=params.name,
-        arguments=params.arguments,
-        meta=meta,
-        annotations=await _annotations(params.name),
-    )
+    try:
+        started = await db(
+            call_start,
+            principal=gate.principal,
+            attempt_id=gate.attempt_id,
+            exposed=params.name,
+            arguments=params.arguments,
+            meta=meta,
+            annotations=await _annotations(params.name),
+        )
+    except (
+        Exception
+    ):  # its transaction rolled back: nothing recorded, nothing sent; no detail leaks to the caller
+        log.exception("tools/call %s failed before anything was sent", params.name)
+        raise MCPError(mcp_types.INTERNAL_ERROR, "internal error: nothing was recorded or sent") from None
     if isinstance(started, Step):
         return _result(started.result)
     plan, first = started

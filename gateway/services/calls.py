@@ -26,6 +26,7 @@ effect, so it gets the recorded answer instead of a second send.
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -115,8 +116,13 @@ def call_plan(
     meta: dict[str, Any] | None,
     annotations: dict[str, Any] | None = None,
 ) -> Call | Step:
-    """Step 1: the call, resolved — or the refusal that ends it (no such attempt or tool, no slot)."""
+    """Step 1: the call, resolved — or the refusal that ends it (no such attempt or tool, no slot, arguments that are
+    not plain JSON)."""
     arguments = arguments or {}
+    try:
+        json.dumps(arguments, allow_nan=False)
+    except ValueError:
+        return _answer(refusal("INVALID", "The arguments must be plain JSON: no NaN or Infinity."))
     named = attempt_id if attempt_id is not None else _meta_value(meta, "attempt_id")
     try:
         attempt_id = uuid.UUID(str(named)) if named is not None else None

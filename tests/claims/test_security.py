@@ -17,7 +17,9 @@ SECRET = "SECRET-PAYLOAD-7f3a"
 def test_tokens_are_hashed_and_compared_in_constant_time(worker_a):
     stored = Token.objects.get(principal__name="worker-a")
     assert worker_a.token not in (stored.key_hash, stored.prefix) and len(stored.key_hash) == 64
-    assert "hmac.compare_digest" in inspect.getsource(auth.principal_for_token)  # the API's and the MCP gateway's lookup
+    assert "hmac.compare_digest" in inspect.getsource(
+        auth.principal_for_token
+    )  # the API's and the MCP gateway's lookup
     assert "cp_" in stored.prefix and len(stored.prefix) < len(worker_a.token) // 3
 
 
