@@ -61,7 +61,7 @@ def test_an_operator_configures_the_gateway_and_sees_tool_calls_arrive(page, liv
     expect(row).to_contain_text("UNKNOWN")
     expect(row).to_contain_text("no answer (UNKNOWN)")
     assert page.evaluate("window.__notReloaded") is True
-    shot(page, "19-tool-gateway")
+    shot(page, "20-tool-gateway")
 
     page.goto(f"{live_server.url}/effects/")
     expect(page.locator(".effect-label").first).to_contain_text("counting/create_record")
