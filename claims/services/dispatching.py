@@ -19,7 +19,7 @@ from ..models import EffectState as E
 from . import ledger
 from ._base import NamespaceHold
 from .authority import Acceptance
-from .effects import _at_effect_point, _authorise, _bound, _task_of, next_step
+from .effects import _at_effect_point, _authorise, _task_of, prepare_at
 from .resources import check_dispatch_resources, lock_keys
 
 
@@ -187,26 +187,12 @@ def effect_prepare_dispatch(
         if at.task.resources:
             keys, db_now = lock_keys(sorted(at.task.resources), lock="FOR SHARE")
             at.after(db_now)
-        _authorise(at)
-        effect = _bound(
+        effect, outcome = prepare_at(
             at,
             existing,
             effect_slot=effect_slot,
             payload_digest=digest(payload),
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
             non_replayable=non_replayable,
-        )
-        outcome = next_step(effect)
-        ledger.task_event(
-            EventKind.EFFECT_PREPARED,
-            effect,
-            at.ns,
-            principal,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            owner_id=owner_id,
-            detail={"outcome": outcome},
         )
         if outcome != "PREPARED":
             if also is not None and existing is None:

@@ -155,30 +155,46 @@ def effect_prepare(
         owner_id=owner_id,
         effect_slot=effect_slot,
     ) as (at, existing):
-        ns = at.ns
-        _authorise(at)
-        created = existing is None
-        effect = _bound(
+        effect, outcome = prepare_at(
             at,
             existing,
             effect_slot=effect_slot,
             payload_digest=payload_digest,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
             non_replayable=non_replayable,
         )
-        outcome = next_step(effect)
-        ledger.task_event(
-            EventKind.EFFECT_PREPARED,
-            effect,
-            ns,
-            principal,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            owner_id=owner_id,
-            detail={"outcome": outcome},
-        )
-    return Prepared(effect=effect, outcome=outcome, created=created)
+    return Prepared(effect=effect, outcome=outcome, created=existing is None)
+
+
+def prepare_at(
+    at: Acceptance, existing: Effect | None, *, effect_slot: str, payload_digest: str, non_replayable: bool
+) -> tuple[Effect, str]:
+    """A prepare inside an effect acceptance point whose locks are held (``effect_prepare``, and the gateway's
+    ``effect_prepare_dispatch``): authority, the slot bound to ``payload_digest``, the timeline's event, and what
+    the worker may do next."""
+    _authorise(at)
+    attempt_id, claim_generation = at.attempt_id, at.claim_generation
+    assert claim_generation is not None  # a prepare names its claim (the serializers require it)
+    effect = _bound(
+        at,
+        existing,
+        effect_slot=effect_slot,
+        payload_digest=payload_digest,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        non_replayable=non_replayable,
+    )
+    outcome = next_step(effect)
+    ledger.task_event(
+        EventKind.EFFECT_PREPARED,
+        effect,
+        at.ns,
+        at.principal,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        owner_id=at.owner_id,
+        detail={"outcome": outcome},
+    )
+    return effect, outcome
 
 
 def _bound(

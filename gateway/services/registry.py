@@ -65,30 +65,20 @@ def downstream_save(
         now = clock.now()
         if Downstream.objects.exclude(name=name).filter(prefix=prefix).exists():
             raise Invalid({"prefix": [f"Prefix {prefix!r} is another server's."]})
+        values = {
+            "prefix": prefix,
+            "transport": transport,
+            "command": command,
+            "env": dict(env or {}),
+            "url": url,
+            "call_timeout_seconds": call_timeout_seconds,
+            "trust_annotations": trust_annotations,
+            "enabled": enabled,
+        }
         row, created = Downstream.objects.update_or_create(
             name=name,
-            defaults={
-                "prefix": prefix,
-                "transport": transport,
-                "command": command,
-                "env": dict(env or {}),
-                "url": url,
-                "call_timeout_seconds": call_timeout_seconds,
-                "trust_annotations": trust_annotations,
-                "enabled": enabled,
-            },
-            create_defaults={
-                "prefix": prefix,
-                "transport": transport,
-                "command": command,
-                "env": dict(env or {}),
-                "url": url,
-                "call_timeout_seconds": call_timeout_seconds,
-                "trust_annotations": trust_annotations,
-                "enabled": enabled,
-                "created_at": now,
-                "created_by": principal.name,
-            },
+            defaults=values,
+            create_defaults={**values, "created_at": now, "created_by": principal.name},
         )
         audit(
             principal=principal,

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from claims.models import AuditEntry, Principal
+from claims.models import AuditEntry
 from gateway.models import Downstream, ToolRule
-from gateway.services import call_begin, call_plan, call_record
 from tests.e2e.test_console import log_in, ui_user
-from tests.support.actors import ensure_default_namespace, make_actor
+from tests.gateway.support import unknown_tool_call
+from tests.support.actors import ensure_default_namespace
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -45,16 +45,7 @@ def test_an_operator_configures_the_gateway_and_sees_tool_calls_arrive(page, liv
     }
 
     page.evaluate("window.__notReloaded = true")
-    operator, agent = make_actor("olivia-operator", "operator"), make_actor("agent-a", "worker")
-    claim = agent.claim(operator.create(node_id="n").json()["task_id"]).json()
-    plan = call_plan(
-        principal=Principal.objects.get(name="agent-a"),
-        attempt_id=claim["attempt_id"],
-        exposed="rec__create_record",
-        arguments={"name": "invoice-7"},
-        meta=None,
-    )
-    call_record(step=call_begin(plan), state="UNKNOWN", result=None, external_ref="timeout")
+    unknown_tool_call("invoice-7")
 
     row = page.locator("#tool-calls tbody tr").first
     expect(row).to_contain_text("counting/create_record", timeout=10_000)  # the live table, no reload

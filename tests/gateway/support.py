@@ -139,3 +139,23 @@ def text(result: types.CallToolResult) -> str:
 
 def outcome(result: types.CallToolResult) -> str | None:
     return (result.structured_content or {}).get("outcome") if result.is_error else None
+
+
+def unknown_tool_call(name: str) -> tuple[dict, Any]:
+    """An agent's call of ``rec__create_record`` that timed out (recorded UNKNOWN), made through the services as the
+    server would: for the console's tests. Returns the claim and the call's plan."""
+    from claims.models import Principal
+    from gateway.services import call_begin, call_plan, call_record
+    from tests.support.actors import make_actor
+
+    operator, agent = make_actor("olivia-operator", "operator"), make_actor("agent-a", "worker")
+    claim = agent.claim(operator.create(node_id="n").json()["task_id"]).json()
+    plan = call_plan(
+        principal=Principal.objects.get(name=agent.name),
+        attempt_id=claim["attempt_id"],
+        exposed="rec__create_record",
+        arguments={"name": name},
+        meta=None,
+    )
+    call_record(step=call_begin(plan), state="UNKNOWN", result=None, external_ref="timeout")
+    return claim, plan

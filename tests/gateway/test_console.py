@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 
-from claims.models import AuditEntry, Principal
+from claims.models import AuditEntry
 from gateway.models import Downstream, ToolCall, ToolRule
-from gateway.services import call_begin, call_plan, call_record
 from tests.console.test_pages import login
-from tests.support.actors import make_actor
+from tests.gateway.support import unknown_tool_call
 
 
 def test_operators_add_a_server_and_a_rule_and_both_are_audited(db):
@@ -98,17 +97,7 @@ def test_bad_configuration_is_refused_with_the_field_and_changes_nothing(db):
 
 def test_tool_calls_show_with_tool_digest_and_answer_and_reading_writes_nothing(db, settings):
     settings.MCP_DOWNSTREAMS = [{"name": "counting", "prefix": "rec", "command": ["true"]}]
-    operator, agent = make_actor("olivia-operator", "operator"), make_actor("agent-a", "worker")
-    claim = agent.claim(operator.create(node_id="n").json()["task_id"]).json()
-    plan = call_plan(
-        principal=Principal.objects.get(name="agent-a"),
-        attempt_id=claim["attempt_id"],
-        exposed="rec__create_record",
-        arguments={"name": "x"},
-        meta=None,
-    )
-    step = call_begin(plan)
-    call_record(step=step, state="UNKNOWN", result=None, external_ref="timeout")
+    claim, plan = unknown_tool_call("x")
     viewer = login("viewer")
     before = (ToolCall.objects.get().answered_at, AuditEntry.objects.count())
 
