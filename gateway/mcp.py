@@ -43,7 +43,16 @@ from claims.models import EffectState, Principal, Role
 from . import selectors
 from .downstream import Outcome, pool
 from .models import Occurred
-from .services import Call, Step, call_begin, call_lost, call_reconcile, call_record, call_start
+from .services import (
+    Call,
+    Step,
+    call_begin,
+    call_lost,
+    call_reconcile,
+    call_record,
+    call_start,
+    call_waited,
+)
 from .services.answers import refusal
 from .services.calls import lost_after_seconds
 
@@ -177,6 +186,9 @@ async def drive(call: Call, progress: Progress | None = None, first: Step | None
                 return refusal(
                     "IN_FLIGHT", f"Effect {step.effect_id} is being sent.", effect_id=step.effect_id
                 )
+            waited = await db(call_waited, step)
+            if waited is not None:
+                return waited.result or {}
             continue
         refused = await _reconcile(call, step)
         if refused is not None:

@@ -10,6 +10,7 @@ from .calls import (
     call_reconcile,
     call_record,
     call_start,
+    call_waited,
     calls_sweep_lost,
 )
 from .registry import downstream_save, tool_rule_set
@@ -21,6 +22,7 @@ __all__ = [
     "call_lost",
     "call_plan",
     "call_start",
+    "call_waited",
     "call_reconcile",
     "call_record",
     "calls_sweep_lost",

@@ -249,6 +249,19 @@ def call_start(**plan: Any) -> Step | tuple[Call, Step]:
     return call, call_begin(call)
 
 
+def call_waited(step: Step) -> Step | None:
+    """A call that waited for another call of its slot: that call's answer, when it had one (COMMITTED, or a definite
+    FAILED — a duplicate gets the tool's error as its original did, it does not run the tool again). None when it
+    ended UNKNOWN or was recorded lost: the caller begins again, and reconciles first."""
+    intent = DispatchIntent.objects.filter(pk=step.dispatch_id).values_list("outcome", flat=True).first()
+    if intent not in (EffectState.COMMITTED, EffectState.FAILED):
+        return None
+    recorded = selectors.tool_call(step.effect_id)
+    if recorded is None or recorded.result is None:
+        return None
+    return _answer(replayed(recorded.result, step.effect_id), step.effect_id)
+
+
 def call_record(
     *, step: Step, state: str, result: dict[str, Any] | None, external_ref: str, error: str = ""
 ) -> str:

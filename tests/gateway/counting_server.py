@@ -6,7 +6,7 @@ ledger file (JSON lines, appended under a lock), so a test counts what really ha
 
 Tools: ``create_record`` (an effect; ``sleep_after`` seconds: it acts, then answers late — a timeout after the
 effect; ``slow_once``: a file whose presence stalls this one call before it acts), ``find_record`` (read-only: the records of a name; isError when there is none), ``count`` (read-only),
-``always_fails`` (isError, acts never).
+``always_fails`` (isError; a ledger line per call, so how often it was reached is counted).
 """
 
 from __future__ import annotations
@@ -79,8 +79,11 @@ def count() -> int:
 
 
 @server.tool()
-def always_fails(reason: str = "no") -> str:
-    """Refuses, acting never."""
+async def always_fails(reason: str = "no", sleep: float = 0.0) -> str:
+    """Refuses after ``sleep`` seconds (its refusal is definite: it did nothing). Each call is a ledger line with tool
+    ``always_fails``, so a test counts how often it was reached."""
+    _append({"tool": "always_fails", "name": "", "body": reason})
+    await anyio.sleep(sleep)
     raise ValueError(f"refused: {reason}")
 
 

@@ -306,3 +306,33 @@ def test_a_recorded_read_only_tool_answers_its_first_read_again(gateway_server, 
 
     assert text(before) == text(again) == "0"  # the task's own read, as first seen
     assert ToolCall.objects.filter(tool="count").count() == 1
+
+
+def test_duplicates_of_a_call_the_tool_refused_get_its_refusal_and_do_not_run_it_again(
+    gateway_server, people
+):
+    """A definite refusal (isError) is FAILED: a later call may run the tool again under the same key — but the
+    duplicates that were waiting on the refused call get its answer, as its original caller did."""
+    gw = gateway_server()
+    operator, agent, _ = people
+    claim = _claimed(operator, agent)
+    args = {"reason": "quota", "sleep": 0.5}
+    answers: list = []
+
+    async def burst():
+        async def one():
+            answers.append(
+                await call_once(gw.url, agent.token, claim["attempt_id"], "rec__always_fails", args)
+            )
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(6):
+                tg.start_soon(one)
+
+    anyio.run(burst)
+
+    assert [r.is_error for r in answers] == [True] * 6
+    assert {text(r) for r in answers} == {text(answers[0])}
+    assert [r["tool"] for r in gw.records()] == ["always_fails"]
+    later = call(gw.url, agent.token, claim["attempt_id"], "rec__always_fails", args)
+    assert later.is_error and len(gw.records()) == 2  # after the refusal, a new call may try again
