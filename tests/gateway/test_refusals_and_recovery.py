@@ -176,3 +176,36 @@ def test_the_endpoint_wants_a_workers_token(gateway_server, people):
     assert (none.status_code, none.headers["www-authenticate"]) == (401, 'Bearer realm="mcp"')
     assert wrong.status_code == 401 and operators.status_code == 403 and not_uuid.status_code == 404
     assert none.json()["error"]
+
+
+def test_concurrent_retries_of_an_unknown_call_reconcile_once_and_send_once(gateway_server, people, tmp_path):
+    """Four retries at once of a call that timed out before acting: each asks the query, one reconcile wins (the
+    others find the effect no longer UNKNOWN), one of them sends, the rest wait for its answer — one record."""
+    import anyio
+
+    from tests.gateway.support import call_once
+
+    gw = gateway_server(rules=[QUERY_RULE])
+    operator, agent = people
+    claim = _claimed(operator, agent)
+    stall = tmp_path / "stall-once"
+    stall.touch()
+    args = {"name": "retried-at-once", "slow_once": str(stall)}
+    assert outcome(call(gw.url, agent.token, claim["attempt_id"], RECORD, args)) == "UNKNOWN"
+    time.sleep(3)
+    answers: list = []
+
+    async def retries():
+        async def one():
+            answers.append(await call_once(gw.url, agent.token, claim["attempt_id"], RECORD, args))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(one)
+
+    anyio.run(retries)
+
+    assert [a.is_error for a in answers] == [False] * 4
+    assert {text(a) for a in answers} == {"created record 1 named retried-at-once"}
+    assert len(gw.records()) == 1
+    assert Effect.objects.get().history.filter(kind="reconciled").count() == 1
