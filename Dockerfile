@@ -18,6 +18,7 @@ COPY pyproject.toml README.md ./
 COPY claims ./claims
 COPY oncall ./oncall
 COPY rollout ./rollout
+COPY gateway ./gateway
 COPY controlplane ./controlplane
 # Static files are served by WhiteNoise from the apps' own folders (WHITENOISE_USE_FINDERS): no collectstatic.
 RUN pip install --no-cache-dir . \
