@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,7 +131,14 @@ async def call_once(
 def call(
     url: str, token: str, attempt_id: str | None, tool: str, arguments: dict, **kw: Any
 ) -> types.CallToolResult:
-    return anyio.run(lambda: call_once(url, token, attempt_id, tool, arguments, **kw))
+    return run_async(lambda: call_once(url, token, attempt_id, tool, arguments, **kw))
+
+
+def run_async(fn: Any) -> Any:
+    """``anyio.run(fn)`` in a thread of its own: the suite's browser tests (Playwright's sync API) leave an event loop
+    marked running in the main thread, where ``anyio.run`` would refuse to start."""
+    with ThreadPoolExecutor(max_workers=1) as one:
+        return one.submit(anyio.run, fn).result()
 
 
 def text(result: types.CallToolResult) -> str:

@@ -14,7 +14,7 @@ import pytest
 from claims.models import Effect, EffectEvent, Principal, Task
 from claims.services import epoch_fence, namespace_resume
 from gateway.models import ToolCall
-from tests.gateway.support import META, call, call_once, outcome, text
+from tests.gateway.support import META, call, call_once, outcome, run_async, text
 from tests.support.actors import make_actor
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -69,7 +69,7 @@ def test_concurrent_duplicates_of_one_call_send_once_and_all_get_its_answer(gate
             for _ in range(8):
                 tg.start_soon(one)
 
-    anyio.run(burst)
+    run_async(burst)
 
     assert len(gw.records()) == 1
     assert [r.is_error for r in answers] == [False] * 8
@@ -96,7 +96,7 @@ def test_two_agents_racing_on_one_task_after_a_takeover_send_once(gateway_server
             tg.start_soon(one, "a", agent_a.token, first["attempt_id"])
             tg.start_soon(one, "b", agent_b.token, second["attempt_id"])
 
-    anyio.run(race)
+    run_async(race)
 
     assert outcome(answers["a"]) == "FENCED"
     assert "do not retry" in text(answers["a"])
@@ -167,7 +167,7 @@ def test_a_fence_in_the_middle_of_a_call_lets_the_call_finish_once_and_refuses_w
                 )
             )
 
-    anyio.run(fence_mid_call)
+    run_async(fence_mid_call)
     retry = call(gw.url, agent_a.token, claim["attempt_id"], RECORD, args)
     namespace_resume(principal=Principal.objects.get(name=operator.name), namespace="default", reason="fixed")
     after = agent_b.claim(claim["task_id"], epoch=2).json()
@@ -190,7 +190,7 @@ def test_a_client_that_hangs_up_mid_call_gets_the_recorded_answer_on_its_retry(g
         with anyio.move_on_after(0.4):
             await call_once(gw.url, agent.token, claim["attempt_id"], RECORD, args)
 
-    anyio.run(hang_up)
+    run_async(hang_up)
     time.sleep(1.2)
     retry = call(gw.url, agent.token, claim["attempt_id"], RECORD, args)
 
@@ -287,7 +287,7 @@ def test_the_sdks_high_level_client_on_the_2026_protocol_gets_the_same_protectio
                 again = await client.call_tool(RECORD, {"name": "modern"})
                 return client, first, again
 
-    client, first, again = anyio.run(twice)
+    client, first, again = run_async(twice)
 
     assert not first.is_error and again.meta[META + "replayed"] is True
     assert text(first) == text(again)
@@ -329,7 +329,7 @@ def test_duplicates_of_a_call_the_tool_refused_get_its_refusal_and_do_not_run_it
             for _ in range(6):
                 tg.start_soon(one)
 
-    anyio.run(burst)
+    run_async(burst)
 
     assert [r.is_error for r in answers] == [True] * 6
     assert {text(r) for r in answers} == {text(answers[0])}

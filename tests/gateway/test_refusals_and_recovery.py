@@ -183,7 +183,7 @@ def test_concurrent_retries_of_an_unknown_call_reconcile_once_and_send_once(gate
     others find the effect no longer UNKNOWN), one of them sends, the rest wait for its answer — one record."""
     import anyio
 
-    from tests.gateway.support import call_once
+    from tests.gateway.support import call_once, run_async
 
     gw = gateway_server(rules=[QUERY_RULE])
     operator, agent = people
@@ -203,7 +203,7 @@ def test_concurrent_retries_of_an_unknown_call_reconcile_once_and_send_once(gate
             for _ in range(4):
                 tg.start_soon(one)
 
-    anyio.run(retries)
+    run_async(retries)
 
     assert [a.is_error for a in answers] == [False] * 4
     assert {text(a) for a in answers} == {"created record 1 named retried-at-once"}
