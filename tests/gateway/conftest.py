@@ -1,1 +1,1 @@
-from tests.gateway.support import gateway_server  # noqa: F401 - the fixture
+from tests.gateway.support import _module_gateway, gateway_server, shared_gateway  # noqa: F401 - fixtures

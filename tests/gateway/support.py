@@ -167,3 +167,35 @@ def unknown_tool_call(name: str) -> tuple[dict, Any]:
     )
     call_record(step=call_begin(plan), state="UNKNOWN", result=None, external_ref="timeout")
     return claim, plan
+
+
+@pytest.fixture(scope="module")
+def _module_gateway(django_db_setup, tmp_path_factory) -> Iterator[Gateway]:
+    """One gateway (two uvicorn processes) for a test module: starting one per test cost more than the tests."""
+    where = tmp_path_factory.mktemp("gateway")
+    ledger = where / "ledger.jsonl"
+    environment = server_env(
+        MCP_DOWNSTREAMS=json.dumps([counting_downstream(ledger)]),
+        MCP_LOST_GRACE_SECONDS="2",
+        MCP_CONFIG_CACHE_SECONDS="0",  # each test writes its own tool rules
+    )
+    server = AppServer(where, environment, processes=2).start()
+    yield Gateway(server.url, ledger, server)
+    server.stop()
+
+
+@pytest.fixture
+def shared_gateway(_module_gateway, transactional_db) -> Any:
+    """``shared_gateway(rules=[…])``: the module's gateway, its downstream's ledger emptied and the test's tool rules
+    written (the database is emptied after each test, the rules with it)."""
+    from django.utils import timezone
+
+    from gateway.models import ToolRule
+
+    def use(*, rules: list[dict] | None = None) -> Gateway:
+        _module_gateway.ledger.write_text("")
+        for rule in rules or []:
+            ToolRule.objects.create(**rule, updated_at=timezone.now())
+        return _module_gateway
+
+    return use

@@ -35,8 +35,8 @@ def _claimed(operator, worker, *, ttl: int = 30, epoch: int = 1) -> dict:
     return reply.json()
 
 
-def test_a_call_retried_on_new_connections_reaches_the_tool_once(gateway_server, people):
-    gw = gateway_server()
+def test_a_call_retried_on_new_connections_reaches_the_tool_once(shared_gateway, people):
+    gw = shared_gateway()
     operator, agent, _ = people
     claim = _claimed(operator, agent)
     args = {"name": "invoice-17", "body": "total 40"}
@@ -54,8 +54,8 @@ def test_a_call_retried_on_new_connections_reaches_the_tool_once(gateway_server,
     assert effect.dispatches.count() == 1
 
 
-def test_concurrent_duplicates_of_one_call_send_once_and_all_get_its_answer(gateway_server, people):
-    gw = gateway_server()
+def test_concurrent_duplicates_of_one_call_send_once_and_all_get_its_answer(shared_gateway, people):
+    gw = shared_gateway()
     operator, agent, _ = people
     claim = _claimed(operator, agent)
     args = {"name": "ticket", "body": "printer on fire", "sleep_after": 0.5}
@@ -77,10 +77,10 @@ def test_concurrent_duplicates_of_one_call_send_once_and_all_get_its_answer(gate
     assert ToolCall.objects.get().sends == 1
 
 
-def test_two_agents_racing_on_one_task_after_a_takeover_send_once(gateway_server, people):
+def test_two_agents_racing_on_one_task_after_a_takeover_send_once(shared_gateway, people):
     """agent-a's lease ran out and agent-b took the task over; both call the same tool at once. agent-a is refused
     (FENCED) before anything is sent; agent-b's call runs once."""
-    gw = gateway_server()
+    gw = shared_gateway()
     operator, agent_a, agent_b = people
     first = _claimed(operator, agent_a, ttl=1)
     time.sleep(1.3)
@@ -104,8 +104,8 @@ def test_two_agents_racing_on_one_task_after_a_takeover_send_once(gateway_server
     assert len(gw.records()) == 1
 
 
-def test_a_takeover_attempt_gets_the_recorded_answer_instead_of_a_second_call(gateway_server, people):
-    gw = gateway_server()
+def test_a_takeover_attempt_gets_the_recorded_answer_instead_of_a_second_call(shared_gateway, people):
+    gw = shared_gateway()
     operator, agent_a, agent_b = people
     first = _claimed(operator, agent_a, ttl=1)
     args = {"name": "mail-to-bob", "body": "hello"}
@@ -121,8 +121,8 @@ def test_a_takeover_attempt_gets_the_recorded_answer_instead_of_a_second_call(ga
     assert len(gw.records()) == 1
 
 
-def test_a_fenced_or_expired_attempt_is_refused_before_anything_is_sent(gateway_server, people):
-    gw = gateway_server()
+def test_a_fenced_or_expired_attempt_is_refused_before_anything_is_sent(shared_gateway, people):
+    gw = shared_gateway()
     operator, agent_a, agent_b = people
     fenced = _claimed(operator, agent_a)
     expired = _claimed(operator, agent_b, ttl=1)
@@ -142,11 +142,11 @@ def test_a_fenced_or_expired_attempt_is_refused_before_anything_is_sent(gateway_
 
 
 def test_a_fence_in_the_middle_of_a_call_lets_the_call_finish_once_and_refuses_what_follows(
-    gateway_server, people
+    shared_gateway, people
 ):
     """The intent to send was recorded before the fence, so the order of records lets that call finish (and be
     recorded); the fenced attempt's next call is refused, and the attempt after the fence gets the answer."""
-    gw = gateway_server()
+    gw = shared_gateway()
     operator, agent_a, agent_b = people
     claim = _claimed(operator, agent_a)
     args = {"name": "slow-write", "sleep_after": 1.0}
@@ -180,8 +180,8 @@ def test_a_fence_in_the_middle_of_a_call_lets_the_call_finish_once_and_refuses_w
     assert Effect.objects.get().state == "COMMITTED"
 
 
-def test_a_client_that_hangs_up_mid_call_gets_the_recorded_answer_on_its_retry(gateway_server, people):
-    gw = gateway_server()
+def test_a_client_that_hangs_up_mid_call_gets_the_recorded_answer_on_its_retry(shared_gateway, people):
+    gw = shared_gateway()
     operator, agent, _ = people
     claim = _claimed(operator, agent)
     args = {"name": "hang-up", "sleep_after": 1.0}
@@ -199,7 +199,7 @@ def test_a_client_that_hangs_up_mid_call_gets_the_recorded_answer_on_its_retry(g
     assert ToolCall.objects.get().sends == 1
 
 
-def test_a_timeout_is_unknown_and_the_next_call_reconciles_through_the_query_rule(gateway_server, people):
+def test_a_timeout_is_unknown_and_the_next_call_reconciles_through_the_query_rule(shared_gateway, people):
     """The tool acted but answered after the gateway's timeout: UNKNOWN, never FAILED. The next call asks the
     server (the operator's query rule: find_record by the call's name) and, since it happened, records COMMITTED and
     answers so — without a second send."""
@@ -211,7 +211,7 @@ def test_a_timeout_is_unknown_and_the_next_call_reconciles_through_the_query_rul
             "query_arguments": {"name": "$name"},
         }
     ]
-    gw = gateway_server(rules=rules)
+    gw = shared_gateway(rules=rules)
     operator, agent, _ = people
     claim = _claimed(operator, agent)
     args = {"name": "late-answer", "sleep_after": 3.0}
@@ -236,9 +236,9 @@ def test_a_timeout_is_unknown_and_the_next_call_reconciles_through_the_query_rul
     assert len(gw.records()) == 1
 
 
-def test_a_read_only_tool_passes_through_unrecorded(gateway_server, people):
+def test_a_read_only_tool_passes_through_unrecorded(shared_gateway, people):
     rules = [{"downstream": "counting", "tool": "count", "kind": "READ_ONLY"}]
-    gw = gateway_server(rules=rules)
+    gw = shared_gateway(rules=rules)
     operator, agent, _ = people
     claim = _claimed(operator, agent)
 
@@ -248,8 +248,8 @@ def test_a_read_only_tool_passes_through_unrecorded(gateway_server, people):
     assert not Effect.objects.exists() and not ToolCall.objects.exists()
 
 
-def test_calls_name_their_claim_by_endpoint_or_meta_and_act_only_as_their_token(gateway_server, people):
-    gw = gateway_server()
+def test_calls_name_their_claim_by_endpoint_or_meta_and_act_only_as_their_token(shared_gateway, people):
+    gw = shared_gateway()
     operator, agent_a, agent_b = people
     claim = _claimed(operator, agent_a)
 
@@ -266,14 +266,14 @@ def test_calls_name_their_claim_by_endpoint_or_meta_and_act_only_as_their_token(
     assert Task.objects.get().state == "CLAIMED"
 
 
-def test_the_sdks_high_level_client_on_the_2026_protocol_gets_the_same_protection(gateway_server, people):
+def test_the_sdks_high_level_client_on_the_2026_protocol_gets_the_same_protection(shared_gateway, people):
     """``mcp.client.Client`` (mode auto) speaks the 2026-07-28 revision: no session, a new request id every time,
     and a silent resend on a header mismatch — every repeat is still the one effect."""
     import httpx2
     from mcp.client import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    gw = gateway_server()
+    gw = shared_gateway()
     operator, agent, _ = people
     claim = _claimed(operator, agent)
     endpoint = f"{gw.url}/mcp/attempts/{claim['attempt_id']}"
@@ -294,9 +294,9 @@ def test_the_sdks_high_level_client_on_the_2026_protocol_gets_the_same_protectio
     assert len(gw.records()) == 1
 
 
-def test_a_recorded_read_only_tool_answers_its_first_read_again(gateway_server, people):
+def test_a_recorded_read_only_tool_answers_its_first_read_again(shared_gateway, people):
     rules = [{"downstream": "counting", "tool": "count", "kind": "READ_ONLY", "record_reads": True}]
-    gw = gateway_server(rules=rules)
+    gw = shared_gateway(rules=rules)
     operator, agent, _ = people
     claim = _claimed(operator, agent)
 
@@ -309,11 +309,11 @@ def test_a_recorded_read_only_tool_answers_its_first_read_again(gateway_server, 
 
 
 def test_duplicates_of_a_call_the_tool_refused_get_its_refusal_and_do_not_run_it_again(
-    gateway_server, people
+    shared_gateway, people
 ):
     """A definite refusal (isError) is FAILED: a later call may run the tool again under the same key — but the
     duplicates that were waiting on the refused call get its answer, as its original caller did."""
-    gw = gateway_server()
+    gw = shared_gateway()
     operator, agent, _ = people
     claim = _claimed(operator, agent)
     args = {"reason": "quota", "sleep": 0.5}

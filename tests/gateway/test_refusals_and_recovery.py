@@ -39,11 +39,11 @@ def _claimed(operator, worker, **fields) -> dict:
     return worker.claim(task_id).json()
 
 
-def test_another_payload_for_the_same_slot_is_a_payload_conflict_tool_error(gateway_server, people):
+def test_another_payload_for_the_same_slot_is_a_payload_conflict_tool_error(shared_gateway, people):
     rules = [
         {"downstream": "counting", "tool": "create_record", "slot_from": "ARGUMENT", "slot_argument": "name"}
     ]
-    gw = gateway_server(rules=rules)
+    gw = shared_gateway(rules=rules)
     operator, agent = people
     claim = _claimed(operator, agent)
 
@@ -58,8 +58,8 @@ def test_another_payload_for_the_same_slot_is_a_payload_conflict_tool_error(gate
     assert [r["body"] for r in gw.records()] == ["first"]
 
 
-def test_a_caller_given_slot_binds_the_payload_too(gateway_server, people):
-    gw = gateway_server()
+def test_a_caller_given_slot_binds_the_payload_too(shared_gateway, people):
+    gw = shared_gateway()
     operator, agent = people
     claim = _claimed(operator, agent)
     slot = {META + "effect_slot": "the-welcome-mail"}
@@ -73,8 +73,8 @@ def test_a_caller_given_slot_binds_the_payload_too(gateway_server, people):
     assert len(gw.records()) == 1
 
 
-def test_a_non_replayable_tool_runs_only_after_an_operator_approves_it(gateway_server, people):
-    gw = gateway_server(rules=[{"downstream": "counting", "tool": "create_record", "kind": "NON_REPLAYABLE"}])
+def test_a_non_replayable_tool_runs_only_after_an_operator_approves_it(shared_gateway, people):
+    gw = shared_gateway(rules=[{"downstream": "counting", "tool": "create_record", "kind": "NON_REPLAYABLE"}])
     operator, agent = people
     claim = _claimed(operator, agent)
     args = {"name": "wire-transfer", "body": "100 EUR"}
@@ -93,11 +93,11 @@ def test_a_non_replayable_tool_runs_only_after_an_operator_approves_it(gateway_s
 
 
 def test_an_unknown_call_that_did_not_happen_is_sent_again_under_the_same_key(
-    gateway_server, people, tmp_path
+    shared_gateway, people, tmp_path
 ):
     """The first call stalls before acting and times out (UNKNOWN); the gateway's cancel stops it downstream. The next
     call's query finds nothing (NOT_OCCURRED): the effect is PREPARED again and sent once more — one record."""
-    gw = gateway_server(rules=[QUERY_RULE])
+    gw = shared_gateway(rules=[QUERY_RULE])
     operator, agent = people
     claim = _claimed(operator, agent)
     stall = tmp_path / "stall-once"
@@ -156,8 +156,8 @@ def test_a_gateway_killed_mid_call_leaves_an_unknown_that_the_next_call_reconcil
     assert list(effect.dispatches.values_list("state", "outcome")) == [("DELIVERED", "UNKNOWN")]
 
 
-def test_the_endpoint_wants_a_workers_token(gateway_server, people):
-    gw = gateway_server()
+def test_the_endpoint_wants_a_workers_token(shared_gateway, people):
+    gw = shared_gateway()
     operator, agent = people
     claim = _claimed(operator, agent)
     endpoint = f"{gw.url}/mcp/attempts/{claim['attempt_id']}"
@@ -178,14 +178,14 @@ def test_the_endpoint_wants_a_workers_token(gateway_server, people):
     assert none.json()["error"]
 
 
-def test_concurrent_retries_of_an_unknown_call_reconcile_once_and_send_once(gateway_server, people, tmp_path):
+def test_concurrent_retries_of_an_unknown_call_reconcile_once_and_send_once(shared_gateway, people, tmp_path):
     """Four retries at once of a call that timed out before acting: each asks the query, one reconcile wins (the
     others find the effect no longer UNKNOWN), one of them sends, the rest wait for its answer — one record."""
     import anyio
 
     from tests.gateway.support import call_once, run_async
 
-    gw = gateway_server(rules=[QUERY_RULE])
+    gw = shared_gateway(rules=[QUERY_RULE])
     operator, agent = people
     claim = _claimed(operator, agent)
     stall = tmp_path / "stall-once"
