@@ -134,6 +134,22 @@ def call(
     return run_async(lambda: call_once(url, token, attempt_id, tool, arguments, **kw))
 
 
+def calls_at_once(n: int, url: str, token: str, attempt_id: str, tool: str, arguments: dict) -> list:
+    """``n`` agents' calls of one tool at the same moment, each on a connection of its own; their answers."""
+    answers: list = []
+
+    async def burst() -> None:
+        async def one() -> None:
+            answers.append(await call_once(url, token, attempt_id, tool, arguments))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(n):
+                tg.start_soon(one)
+
+    run_async(burst)
+    return answers
+
+
 def run_async(fn: Any) -> Any:
     """``anyio.run(fn)`` in a thread of its own: the suite's browser tests (Playwright's sync API) leave an event loop
     marked running in the main thread, where ``anyio.run`` would refuse to start."""

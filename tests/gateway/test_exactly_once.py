@@ -14,7 +14,7 @@ import pytest
 from claims.models import Effect, EffectEvent, Principal, Task
 from claims.services import epoch_fence, namespace_resume
 from gateway.models import ToolCall
-from tests.gateway.support import META, call, call_once, outcome, run_async, text
+from tests.gateway.support import META, call, call_once, calls_at_once, outcome, run_async, text
 from tests.support.actors import make_actor
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -59,17 +59,7 @@ def test_concurrent_duplicates_of_one_call_send_once_and_all_get_its_answer(shar
     operator, agent, _ = people
     claim = _claimed(operator, agent)
     args = {"name": "ticket", "body": "printer on fire", "sleep_after": 0.5}
-    answers: list = []
-
-    async def burst():
-        async def one():
-            answers.append(await call_once(gw.url, agent.token, claim["attempt_id"], RECORD, args))
-
-        async with anyio.create_task_group() as tg:
-            for _ in range(8):
-                tg.start_soon(one)
-
-    run_async(burst)
+    answers = calls_at_once(8, gw.url, agent.token, claim["attempt_id"], RECORD, args)
 
     assert len(gw.records()) == 1
     assert [r.is_error for r in answers] == [False] * 8
@@ -317,19 +307,7 @@ def test_duplicates_of_a_call_the_tool_refused_get_its_refusal_and_do_not_run_it
     operator, agent, _ = people
     claim = _claimed(operator, agent)
     args = {"reason": "quota", "sleep": 0.5}
-    answers: list = []
-
-    async def burst():
-        async def one():
-            answers.append(
-                await call_once(gw.url, agent.token, claim["attempt_id"], "rec__always_fails", args)
-            )
-
-        async with anyio.create_task_group() as tg:
-            for _ in range(6):
-                tg.start_soon(one)
-
-    run_async(burst)
+    answers = calls_at_once(6, gw.url, agent.token, claim["attempt_id"], "rec__always_fails", args)
 
     assert [r.is_error for r in answers] == [True] * 6
     assert {text(r) for r in answers} == {text(answers[0])}

@@ -181,9 +181,7 @@ def test_the_endpoint_wants_a_workers_token(shared_gateway, people):
 def test_concurrent_retries_of_an_unknown_call_reconcile_once_and_send_once(shared_gateway, people, tmp_path):
     """Four retries at once of a call that timed out before acting: each asks the query, one reconcile wins (the
     others find the effect no longer UNKNOWN), one of them sends, the rest wait for its answer — one record."""
-    import anyio
-
-    from tests.gateway.support import call_once, run_async
+    from tests.gateway.support import calls_at_once
 
     gw = shared_gateway(rules=[QUERY_RULE])
     operator, agent = people
@@ -193,17 +191,7 @@ def test_concurrent_retries_of_an_unknown_call_reconcile_once_and_send_once(shar
     args = {"name": "retried-at-once", "slow_once": str(stall)}
     assert outcome(call(gw.url, agent.token, claim["attempt_id"], RECORD, args)) == "UNKNOWN"
     time.sleep(3)
-    answers: list = []
-
-    async def retries():
-        async def one():
-            answers.append(await call_once(gw.url, agent.token, claim["attempt_id"], RECORD, args))
-
-        async with anyio.create_task_group() as tg:
-            for _ in range(4):
-                tg.start_soon(one)
-
-    run_async(retries)
+    answers = calls_at_once(4, gw.url, agent.token, claim["attempt_id"], RECORD, args)
 
     assert [a.is_error for a in answers] == [False] * 4
     assert {text(a) for a in answers} == {"created record 1 named retried-at-once"}
