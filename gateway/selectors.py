@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Exists, OuterRef
 
-from claims.models import Attempt, Effect
+from claims.models import Attempt, DispatchIntent, Effect
 
 from .models import Downstream, Occurred, SlotFrom, ToolCall, ToolKind, ToolRule, Transport
 
@@ -193,9 +194,9 @@ def tool_call(effect_id: str) -> ToolCall | None:
 
 def effect_state(effect_id: str) -> tuple[str, bool]:
     """The effect's state and whether a delivery of it is in flight (a dispatch intent PENDING or SENDING)."""
-    effect = Effect.objects.filter(pk=effect_id).values_list("state", flat=True).first()
-    in_flight = Effect.objects.filter(pk=effect_id, dispatches__state__in=["PENDING", "SENDING"]).exists()
-    return effect or "", in_flight
+    in_flight = DispatchIntent.objects.filter(effect_id=OuterRef("pk"), state__in=["PENDING", "SENDING"])
+    row = Effect.objects.filter(pk=effect_id).values_list("state", Exists(in_flight)).first()
+    return (row[0], bool(row[1])) if row else ("", False)
 
 
 def tool_calls(*, namespace: str | None = None, limit: int = 200) -> list[ToolCall]:
