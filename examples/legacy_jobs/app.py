@@ -171,3 +171,109 @@ def run(worker: Any, queue: str, stop: threading.Event, work_seconds: float = 0.
             worker.complete(job, {"by": worker.name})
     finally:
         worker.close()
+
+
+# --- a load with a ground truth: what really happened in the table, kept apart from the control plane ------------
+
+
+@dataclass
+class Truth:
+    """Every complete written to the table and whether it was a stale overwrite — the writer no longer held the
+    claim (another owner, or its own expiry passed) when it wrote — as the table itself said under the row's lock in
+    the writing transaction. The control plane never sees this record: a shadow report is checked against it."""
+
+    completes: list[tuple[str, str, bool]] = field(default_factory=list)  # (job, worker, stale)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, job: str, worker: str, stale: bool) -> None:
+        with self.lock:
+            self.completes.append((job, worker, stale))
+
+    def stale(self) -> list[tuple[str, str]]:
+        with self.lock:
+            return sorted((job, worker) for job, worker, stale in self.completes if stale)
+
+    def clean(self) -> dict[str, str]:
+        """The jobs whose last complete was a clean one, with its writer: claim.v1 must have committed these."""
+        last: dict[str, tuple[str, bool]] = {}
+        with self.lock:
+            for job, worker, stale in self.completes:
+                last[job] = (worker, stale)
+        return {job: worker for job, (worker, stale) in last.items() if not stale}
+
+
+class TruthfulWorker(DirectWorker):
+    """A last-write-wins worker whose completes are checked against the table, for the ground truth: a heartbeat
+    moves the expiry while the claim is its own with ``margin`` seconds left; a complete locks the row, reads who
+    holds it and whether the expiry has passed on the table's clock, writes, and records what it was. An honest
+    complete gives up (writes nothing) unless ``margin`` seconds of its claim are left; a stale one (the injector's)
+    writes whatever it finds — last write wins."""
+
+    def __init__(self, *args: Any, truth: Truth, margin: float = 0.25, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.truth, self.margin = truth, margin
+
+    def _later(self, seconds: float) -> str:
+        now = NOW[self.dialect]
+        if self.dialect == "mysql":
+            return f"{now} + INTERVAL {int(seconds * 1_000_000)} MICROSECOND"
+        return f"{now} + make_interval(secs => {seconds!r})"
+
+    def heartbeat(self, job: str) -> bool:
+        cursor = self._sql(
+            f"UPDATE jobs SET locked_until = {self._later(self.ttl)} WHERE job_id = %s AND locked_by = %s "
+            f"AND locked_until > {self._later(self.margin)}",
+            [job, self.name],
+        )
+        return cursor.rowcount == 1
+
+    def complete_checked(self, job: str, output: Any, *, stale_ok: bool = False) -> bool:
+        self._sql("BEGIN", [])
+        try:
+            owner, live, roomy = self._sql(
+                f"SELECT locked_by, locked_until > {NOW[self.dialect]}, locked_until > {self._later(self.margin)} "
+                "FROM jobs WHERE job_id = %s FOR UPDATE",
+                [job],
+            ).fetchone()
+            stale = owner != self.name or not live
+            if not stale_ok and (stale or not roomy):
+                self._sql("ROLLBACK", [])
+                return False
+            self._sql(
+                "UPDATE jobs SET output = %s, finished_by = %s WHERE job_id = %s",
+                [json.dumps(output), self.name, job],
+            )
+            self._sql("COMMIT", [])
+        except BaseException:
+            self._sql("ROLLBACK", [])
+            raise
+        self.truth.record(job, self.name, stale)
+        self.tally.completed += 1
+        return True
+
+
+def run_with_truth(
+    worker: TruthfulWorker, queue: str, stop: threading.Event, *, stale_every: int = 0, work: float = 0.3
+) -> None:
+    """A worker's loop: claim a free job, work ``work`` of its lease in two halves with a heartbeat between, then
+    complete it (or give it up). Every ``stale_every``-th claim it is the stale-overwrite injector instead: it sleeps
+    past its expiry (someone may take over) and completes anyway, last write wins."""
+    claims = 0
+    try:
+        while not stop.is_set():
+            job = worker.next_job(queue)
+            if job is None or not worker.claim(job):
+                time.sleep(0.02)
+                continue
+            claims += 1
+            if stale_every and claims % stale_every == 0:
+                time.sleep(worker.ttl + 0.5)
+                worker.complete_checked(job, {"by": worker.name, "stale": True}, stale_ok=True)
+                continue
+            time.sleep(worker.ttl * work * random.random())
+            if not worker.heartbeat(job):
+                continue
+            time.sleep(worker.ttl * work * random.random())
+            worker.complete_checked(job, {"by": worker.name})
+    finally:
+        worker.close()

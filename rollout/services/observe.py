@@ -16,6 +16,7 @@ legacy's own rule applied — so claim.v1 judges the new claim, not a lease the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connections, transaction
 from django.db.models import F
+from django.db.models.functions import Now
 
 from claims import clock, interleave
 from claims import services as core
@@ -205,6 +207,7 @@ class _Observed(core.Guard):
             owner_id=seen.owner_id,
             legacy=verdict,
             v1=v1,
+            legacy_row=seen.row,  # the winner as this change left it, not as the table is by the time it is read
         )
         interleave.reach("observe.recorded")
         _moved(seen, self.position_id, self.also, judged=True)
@@ -216,7 +219,16 @@ def judge(seen: Observed, position_id: int, also: Callable[[], None] | None = No
     that is not claim.v1's own write-through is an old binary writing the table directly — a DIRECT_WRITE mismatch of
     its own (``police``). Passed over, whatever the stage: a change of claim.v1's own (a rollback's write-back lands
     in SHADOW). A claim claim.v1 already holds for that owner — entering SHADOW imported it while the observer had
-    not read it yet — agrees without asking claim.v1 again. Returns which: judged, ours, direct, or passed."""
+    not read it yet — agrees without asking claim.v1 again. Returns which: judged, ours, direct, or passed.
+
+    Judged on legacy's clock: every reading of the clock inside is the instant legacy committed the change
+    (``clock.as_of``), so the verdict does not depend on when the observer read it — a lagging, paused or restarted
+    observer judges as one that kept up. Changes are judged in legacy's commit order (the stream's)."""
+    with clock.as_of(seen.committed_at):
+        return _judge(seen, position_id, also)
+
+
+def _judge(seen: Observed, position_id: int, also: Callable[[], None] | None) -> str:
     stage = stage_of_name(seen.namespace)
     if stage in (Stage.V1_WRITES, Stage.V1_ONLY):
         return police(seen, position_id, also)
@@ -309,7 +321,7 @@ def _moved(seen: Observed, position_id: int, also: Callable[[], None] | None, *,
         **seen.position,
         judged=F("judged") + (1 if judged else 0),
         last_commit_at=seen.committed_at,
-        updated_at=clock.now(),
+        updated_at=Now(),  # the wall clock: inside a judgement clock.now() is legacy's commit
     )
 
 
@@ -378,7 +390,8 @@ def _expired_in_legacy(previous: str, task_id: str) -> None:
 def _ttl(seen: Observed) -> int:
     if seen.row.expires_at is None:
         return settings.LEASE_MIN_SECONDS
-    seconds = int((seen.row.expires_at - seen.committed_at).total_seconds())
+    # Rounded up: claim.v1's lease never ends before legacy's (a takeover after legacy's expiry ends it first).
+    seconds = math.ceil((seen.row.expires_at - seen.committed_at).total_seconds())
     return max(settings.LEASE_MIN_SECONDS, min(settings.LEASE_MAX_SECONDS, seconds))
 
 

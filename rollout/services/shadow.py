@@ -18,7 +18,15 @@ from claims.errors import ClaimError
 from claims.models import Task, TaskState
 
 from ..legacy import LegacyVerdict, legacy_store
-from ..models import ComparedOperation, ExplainRule, LegacyEvent, Mismatch, MismatchReason, MismatchStatus
+from ..models import (
+    ComparedOperation,
+    ExplainRule,
+    LegacyClaim,
+    LegacyEvent,
+    Mismatch,
+    MismatchReason,
+    MismatchStatus,
+)
 from .operations import V1Verdict, refused
 
 __all__ = ["Records", "V1Verdict", "compare", "judged", "mismatch_reason", "record_legacy"]
@@ -113,8 +121,10 @@ def mismatch_reason(
     task_id: str,
     owner_id: str,
     same_result: bool = False,
+    legacy_row: LegacyClaim | None = None,
 ) -> str | None:
-    """The first row of rollout.md's table that matches, or None when the stores agree."""
+    """The first row of rollout.md's table that matches, or None when the stores agree. ``legacy_row``: legacy's row
+    as that decision left it, where the caller has it (observe mode reads it from the change); else the row now."""
     if operation == "claim":
         if legacy.accepted and not v1.accepted and _v1_live_other_owner(task_id, owner_id):
             return MismatchReason.DOUBLE_GRANT
@@ -132,7 +142,7 @@ def mismatch_reason(
     if not legacy.accepted and v1.accepted:
         return MismatchReason.LEGACY_REJECTED_ONLY
     if operation in ("commit", "complete") and legacy.accepted and v1.accepted and not same_result:
-        row = legacy_store().get(task_id=task_id)
+        row = legacy_row if legacy_row is not None else legacy_store().get(task_id=task_id)
         canonical = Task.objects.filter(pk=task_id).values_list("result_digest", flat=True).first()
         if row is not None and canonical and row.result_digest != canonical:
             return MismatchReason.WINNER_DIFFERS
@@ -171,13 +181,20 @@ def compare(
     v1: V1Verdict,
     same_result: bool = False,
     records: Records | None = None,
+    legacy_row: LegacyClaim | None = None,
 ) -> Mismatch | None:
     """Record the comparison (it counts toward the SHADOW → V1_READS gate) and, on disagreement, the mismatch —
     EXPLAINED at once when an explain rule covers its reason. Inside the caller's transaction when it has one
     (the routed decision's), else in its own. ``same_result``: the caller knows both stores completed with one
     result in one transaction, so the winners cannot differ and are not read again."""
     reason = mismatch_reason(
-        operation, legacy, v1, task_id=task_id, owner_id=owner_id, same_result=same_result
+        operation,
+        legacy,
+        v1,
+        task_id=task_id,
+        owner_id=owner_id,
+        same_result=same_result,
+        legacy_row=legacy_row,
     )
     with transaction.atomic(savepoint=False):
         now = legacy.at or clock.now()

@@ -22,7 +22,7 @@ from examples.legacy_jobs.app import DirectWorker, ProxyWorker, run
 from rollout.models import ComparedOperation, LegacyEvent, Mismatch, ObserverPosition, RolloutState
 from rollout.services import observers, stages
 from tests.support.actors import make_actor
-from tests.support.legacy_db import Their, row, task_in_both, their_table_configured
+from tests.support.legacy_db import Their, connect, row, task_in_both, their_table_configured
 from tests.support.processes import wait_for
 from tests.support.races import run_in_thread
 
@@ -52,38 +52,11 @@ class Http:
         return self.actor.client.post(path, json, format="json")
 
 
-def _connect(alias: str):
-    """A DB-API connection to their database, as their workers open one (not the control plane's)."""
-    db = connections[alias].settings_dict
-    if connections[alias].vendor == "mysql":
-        import MySQLdb
-
-        conn = MySQLdb.connect(
-            host=db["HOST"] or "127.0.0.1",
-            port=int(db["PORT"] or 3306),
-            user=db["USER"],
-            passwd=db["PASSWORD"] or "",
-            db=db["NAME"],
-            autocommit=True,
-        )
-        conn.cursor().execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        return conn
-    import psycopg
-
-    return psycopg.connect(
-        host=db["HOST"] or "127.0.0.1",
-        port=int(db["PORT"] or 5432),
-        user=db["USER"],
-        dbname=db["NAME"],
-        autocommit=True,
-    )
-
-
 def _worker(alias: str, mode: str, name: str, ttl: float = 3.0):
     dialect = connections[alias].vendor
     if mode == "observe":
-        return DirectWorker(lambda: _connect(alias), dialect, name, ttl)
-    return ProxyWorker(Http(make_actor(name, "worker")), name, ttl, lambda: _connect(alias), dialect)
+        return DirectWorker(lambda: connect(alias), dialect, name, ttl)
+    return ProxyWorker(Http(make_actor(name, "worker")), name, ttl, lambda: connect(alias), dialect)
 
 
 class Loop:

@@ -25,6 +25,7 @@ class Their:
     def __init__(self, alias: str):
         self.alias = alias
         self.mysql = connections[alias].vendor == "mysql"
+        self.dialect = connections[alias].vendor
         self.now = "UTC_TIMESTAMP(6)" if self.mysql else "clock_timestamp()"
 
     def sql(self, statement: str, params: list | None = None) -> list[tuple]:
@@ -132,3 +133,39 @@ def task_in_both(operator, their, namespace: str = NS) -> str:
     task_id = operator.create(namespace=namespace).json()["task_id"]
     their.sql("INSERT INTO jobs (job_id, queue, payload) VALUES (%s, %s, 'p')", [task_id, namespace])
     return task_id
+
+
+def connect(alias: str):
+    """A DB-API connection to their database, as their workers open one (not the control plane's): autocommit."""
+    db = connections[alias].settings_dict
+    if connections[alias].vendor == "mysql":
+        import MySQLdb
+
+        conn = MySQLdb.connect(
+            host=db["HOST"] or "127.0.0.1",
+            port=int(db["PORT"] or 3306),
+            user=db["USER"],
+            passwd=db["PASSWORD"] or "",
+            db=db["NAME"],
+            autocommit=True,
+        )
+        conn.cursor().execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        return conn
+    import psycopg
+
+    return psycopg.connect(
+        host=db["HOST"] or "127.0.0.1",
+        port=int(db["PORT"] or 5432),
+        user=db["USER"],
+        dbname=db["NAME"],
+        autocommit=True,
+    )
+
+
+def forget_observer(db: Their) -> None:
+    """No observer's leftovers in their database: the slot and the publication (PostgreSQL)."""
+    if db.mysql:
+        return
+    if db.sql("SELECT 1 FROM pg_replication_slots WHERE slot_name = 'claim_control_plane'"):
+        db.sql("SELECT pg_drop_replication_slot('claim_control_plane')")
+    db.sql("DROP PUBLICATION IF EXISTS claim_control_plane")
