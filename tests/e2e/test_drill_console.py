@@ -15,9 +15,9 @@ from rollout.models import Mismatch
 from rollout.services import poll
 from rollout.tasks import gate_check
 from tests.e2e.test_console import advance_in_ui, log_in, ui_user
-from tests.support.legacy_db import connect as _connect
 from tests.support.actors import make_actor
 from tests.support.legacy_db import Their, task_in_both, their_table_configured
+from tests.support.legacy_db import connect as _connect
 from tests.support.rollout import stage_of
 
 pytestmark = [
