@@ -213,6 +213,10 @@ class TableLegacyStore(BatchOfOne):
                 typed.append(value)
         return self._row(tuple(typed))
 
+    def from_values(self, values: dict[str, Any]) -> LegacyClaim:
+        """A row as the binary log's row image has it (column name → value, typed by the reader)."""
+        return self._row(tuple(values.get(column) for column in self.mapping.columns()))
+
     def changed_since(
         self, value: Any, key: str, *, limit: int, margin_seconds: float
     ) -> list[tuple[LegacyClaim, Any]]:

@@ -356,6 +356,8 @@ class ObserverPosition(models.Model):
     lsn = models.CharField(max_length=40, default="0/0")
     index = models.PositiveIntegerField(default=0)
     key = models.CharField(max_length=200, blank=True, default="")
+    # The binary log (MySQL/MariaDB): ``lsn`` is file:offset where a transaction begins, ``gtid`` its global id.
+    gtid = models.CharField(max_length=200, blank=True, default="")
     judged = models.PositiveBigIntegerField(default=0)  # legacy decisions judged
     unknown = models.PositiveBigIntegerField(default=0)  # changes of tasks claim.v1 does not have
     last_commit_at = models.DateTimeField(null=True, blank=True)  # the newest judged transaction's commit

@@ -14,8 +14,18 @@ PostgreSQL (logical decoding through the built-in ``pgoutput`` plugin):
   needed is gone — take a new snapshot, docs/adopting.md);
 - a free replication slot (``max_replication_slots``).
 
-MySQL/MariaDB (the polling observer): the mapping names ``changed``, a column every write of the team's changes (an
-updated-at timestamp or a version number), and it is indexed — the observer reads the rows past the last it saw.
+MySQL/MariaDB, reading the binary log (``LEGACY_OBSERVE_MYSQL`` binlog, or auto with the log on):
+
+- ``log_bin`` on, ``binlog_format = ROW``, ``binlog_row_image = FULL`` (the row before each change, whole) and
+  ``binlog_row_metadata = FULL`` (column names in the log);
+- the grants a replica needs: REPLICATION SLAVE (REPLICA) and REPLICATION CLIENT (BINLOG MONITOR on MariaDB);
+- the mapping's ``changed`` column, an updated-at timestamp with microseconds: the clock each change is judged on (the
+  log's own event times are whole seconds, too coarse for leases of seconds);
+- the server's clock in UTC (its timestamps are read as UTC, as the adapter writes them).
+
+MySQL/MariaDB, polling (``poll``, or auto with the log off): the mapping names ``changed``, an updated-at timestamp
+every write of the team's changes, indexed — the observer reads the rows past the last it saw. A per-row version
+counter is refused: rows' counters are not one sequence, so "past the last row read" would skip rows.
 """
 
 from __future__ import annotations
@@ -32,8 +42,107 @@ def check_stream(
 ) -> None:
     if connection.vendor == "postgresql":
         _postgresql(report, mapping, connection, columns)
+        return
+    _utc(report, connection)
+    if mysql_method(connection) == "binlog":
+        _binlog(report, mapping, connection, columns)
     else:
+        report.passed.append(
+            "observer: polling the changed column"
+            + ("" if settings.LEGACY_OBSERVE_MYSQL == "poll" else " (log_bin is off)")
+            + " — it sees the row at each pass, not every write; turn the binary log on to see every change "
+            "(docs/adopting.md)"
+        )
         _polling(report, mapping, connection, columns)
+
+
+def mysql_method(connection: Any) -> str:
+    """How observe mode follows a MySQL/MariaDB table: ``binlog`` or ``poll`` (LEGACY_OBSERVE_MYSQL; auto: the
+    binlog where the server keeps one)."""
+    wanted = settings.LEGACY_OBSERVE_MYSQL
+    if wanted != "auto":
+        return wanted
+    return "binlog" if str(_one(connection, "SELECT @@log_bin")) in ("1", "ON") else "poll"
+
+
+def _variable(connection: Any, name: str) -> Any:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW GLOBAL VARIABLES LIKE %s", [name])
+        row = cursor.fetchone()
+    return str(row[1]) if row else None
+
+
+def _binlog(
+    report: Any, mapping: TableMapping, connection: Any, columns: dict[str, tuple[str, bool]]
+) -> None:
+    report.passed.append("observer: the binary log (every change, in commit order)")
+    wants = [
+        (
+            "log_bin",
+            ("ON", "1"),
+            "start the server with log_bin and a server_id (my.cnf [mysqld]: log_bin, "
+            "server_id = 1; a restart) — or LEGACY_OBSERVE_MYSQL=poll, which sees only the states between passes",
+        ),
+        (
+            "binlog_format",
+            ("ROW",),
+            "SET GLOBAL binlog_format = 'ROW' (and binlog_format = ROW in my.cnf): "
+            "statement events do not carry the rows",
+        ),
+        (
+            "binlog_row_image",
+            ("FULL",),
+            "SET GLOBAL binlog_row_image = 'FULL' (and in my.cnf): the observer "
+            "judges each change against the whole row before it",
+        ),
+        (
+            "binlog_row_metadata",
+            ("FULL",),
+            "SET GLOBAL binlog_row_metadata = 'FULL' (and in my.cnf; MariaDB 10.5+, "
+            "MySQL 8.0.1+): the log names the columns",
+        ),
+    ]
+    for name, good, fix in wants:
+        value = _variable(connection, name)
+        report.expect(value in good, f"{name} is {value}", f"{name} is {value}: {fix}")
+    grants = " ".join(row[0] for row in _all(connection, "SHOW GRANTS FOR CURRENT_USER()")).upper()
+    everything = "ALL PRIVILEGES ON *.*" in grants
+    user = _one(connection, "SELECT CURRENT_USER()")
+    report.expect(
+        everything or "REPLICATION SLAVE" in grants or "REPLICATION REPLICA" in grants,
+        f"{user} may read the binary log (REPLICATION SLAVE)",
+        f"{user} may not read the binary log: GRANT REPLICATION SLAVE ON *.* TO {user}",
+    )
+    report.expect(
+        everything or any(word in grants for word in ("REPLICATION CLIENT", "BINLOG MONITOR", "SUPER")),
+        f"{user} may ask where the log is (REPLICATION CLIENT / BINLOG MONITOR)",
+        f"{user} may not ask where the binary log is: GRANT REPLICATION CLIENT ON *.* TO {user} (MariaDB 10.5+: "
+        "BINLOG MONITOR)",
+    )
+    kind = columns.get(mapping.changed, ("",))[0] if mapping.changed else ""
+    report.expect(
+        bool(mapping.changed) and any(word in kind for word in ("timestamp", "datetime")),
+        f"changes are judged on {mapping.changed} ({kind})",
+        "map 'changed' to an updated-at column (ALTER TABLE … ADD changed_at DATETIME(6) NOT NULL DEFAULT "
+        "CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6)): each change is judged at that time — the binary "
+        "log's own event times are whole seconds, too coarse to judge leases of seconds",
+    )
+
+
+def _all(connection: Any, sql: str) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        return list(cursor.fetchall())
+
+
+def _utc(report: Any, connection: Any) -> None:
+    offset = _one(connection, "SELECT TIMESTAMPDIFF(MINUTE, UTC_TIMESTAMP(6), CURRENT_TIMESTAMP(6))")
+    report.expect(
+        offset == 0,
+        "the server's clock is UTC (its timestamps are read as UTC)",
+        f"the server's time zone is {offset} minutes off UTC: SET GLOBAL time_zone = '+00:00' (and "
+        "default_time_zone in my.cnf) — the observer reads its timestamps as UTC",
+    )
 
 
 def _one(connection: Any, sql: str, params: list[Any] | None = None) -> Any:
@@ -156,11 +265,14 @@ def _polling(
     ):
         return
     kind = columns[mapping.changed][0]
-    report.expect(
-        any(word in kind for word in ("timestamp", "datetime", "int")),
+    if not report.expect(
+        any(word in kind for word in ("timestamp", "datetime")),
         f"changed column {mapping.changed} is {kind}",
-        f"changed column {mapping.changed} is {kind}: it must be a timestamp or an integer version",
-    )
+        f"changed column {mapping.changed} is {kind}: it must be an updated-at timestamp (DATETIME(6) ON UPDATE "
+        "CURRENT_TIMESTAMP(6)) — a per-row counter (a version) cannot be the cursor: each row counts on its own, so "
+        "'past the last row read' skips rows whose counter is lower",
+    ):
+        return
     table = mapping.table.rpartition(".")[2]
     with connection.cursor() as cursor:
         constraints = connection.introspection.get_constraints(cursor, table)

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
-if "$BIN/python" -c "import MySQLdb" 2>/dev/null; then
+if "$BIN/python" -c "import MySQLdb, pymysqlreplication" 2>/dev/null; then
   exit 0
 fi
 if ! pkg-config --exists libmariadb 2>/dev/null && ! pkg-config --exists mysqlclient 2>/dev/null; then
@@ -18,4 +18,4 @@ if ! pkg-config --exists libmariadb 2>/dev/null && ! pkg-config --exists mysqlcl
   apt-get install -y -qq --no-install-recommends libmariadb-dev pkg-config >/dev/null
 fi
 "$BIN/pip" install --quiet -e '.[mysql]'
-"$BIN/python" -c "import MySQLdb; print('mysqlclient', MySQLdb.version_info[:3])"
+"$BIN/python" -c "import MySQLdb, pymysqlreplication; print('mysqlclient', MySQLdb.version_info[:3])"

@@ -209,6 +209,17 @@ LEGACY_LOCK_TIMEOUT_SECONDS = env_int("LEGACY_LOCK_TIMEOUT_SECONDS", 5, minimum=
 # slot the observer reads the team's table through (pgoutput).
 LEGACY_OBSERVE_PUBLICATION = env_str("LEGACY_OBSERVE_PUBLICATION", "claim_control_plane")
 LEGACY_OBSERVE_SLOT = env_str("LEGACY_OBSERVE_SLOT", "claim_control_plane")
+# Observe mode on MySQL/MariaDB (docs/adopting.md): ``binlog`` reads the row-based binary log as a replica of its own
+# (rollout.services.binlog: every change, in commit order); ``poll`` polls the 'changed' column (rollout.services.poll:
+# only the states between passes); ``auto`` (the default) reads the binlog where the server keeps one (log_bin ON),
+# else polls — ``legacy_check --observe`` says which, and why.
+LEGACY_OBSERVE_MYSQL = env_str("LEGACY_OBSERVE_MYSQL", "auto")
+if LEGACY_OBSERVE_MYSQL not in ("auto", "binlog", "poll"):
+    raise ImproperlyConfigured(
+        f"LEGACY_OBSERVE_MYSQL must be auto, binlog or poll, not {LEGACY_OBSERVE_MYSQL!r}"
+    )
+# The binlog reader's server_id: unique among the legacy server's replicas (a clash disconnects the other one).
+LEGACY_BINLOG_SERVER_ID = env_int("LEGACY_BINLOG_SERVER_ID", 1_004_127, minimum=1, maximum=4_294_967_295)
 # Observe mode on: the rollout.observe_legacy job follows the table every 2 s (after manage.py legacy_observe --setup).
 ROLLOUT_LEGACY_OBSERVE = env_bool("ROLLOUT_LEGACY_OBSERVE", False)
 # The polling observer (MySQL/MariaDB, rollout.services.poll) reads a timestamp 'changed' column only up to this long

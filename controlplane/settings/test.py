@@ -51,3 +51,12 @@ if env_str("LEGACY_MYSQL_URL", "") and "legacy_mysql" not in DATABASES and find_
     _mysql["OPTIONS"] = legacy_options(_mysql["ENGINE"])
     _mysql["TEST"] = {"NAME": f"test_{_mysql['NAME']}"}
     DATABASES["legacy_mysql"] = _mysql
+if env_str("LEGACY_BINLOG_URL", "") and "legacy_binlog" not in DATABASES and find_spec("MySQLdb"):
+    # A MariaDB with its binary log on, an instance of its own (scripts/legacy-mariadb-binlog.sh, port 3307, started by
+    # .ci/run): observe mode's binlog reader is tested against it.
+    import dj_database_url
+
+    _binlog = dj_database_url.parse(env_str("LEGACY_BINLOG_URL"))
+    _binlog["OPTIONS"] = legacy_options(_binlog["ENGINE"])
+    _binlog["TEST"] = {"NAME": f"test_{_binlog['NAME']}"}
+    DATABASES["legacy_binlog"] = _binlog

@@ -1,5 +1,6 @@
-"""Observe mode's observer for the configured legacy table: the change stream on PostgreSQL (``observe``), the
-polling observer on MySQL/MariaDB (``poll``). What the command and the job call."""
+"""Observe mode's observer for the configured legacy table: the change stream on PostgreSQL (``observe``); on
+MySQL/MariaDB the binary log (``binlog``) or, where the server keeps none, the polling observer (``poll``;
+LEGACY_OBSERVE_MYSQL, ``stream_check.mysql_method``). What the command and the job call."""
 
 from __future__ import annotations
 
@@ -11,15 +12,18 @@ from claims.locks import singleton
 
 from ..legacy import legacy_store
 from ..models import ObserverPosition
-from . import observe, poll
+from ..stream_check import mysql_method
+from . import binlog, observe, poll
 
 
-def _polls() -> bool:
-    return connections[legacy_store().mapping.database].vendor == "mysql"  # type: ignore[attr-defined]
+def method() -> str:
+    """``pgoutput``, ``binlog`` or ``poll``: how the configured table is followed."""
+    legacy = connections[legacy_store().mapping.database]  # type: ignore[attr-defined]
+    return "pgoutput" if legacy.vendor == "postgresql" else mysql_method(legacy)
 
 
 def setup() -> ObserverPosition:
-    return poll.setup() if _polls() else observe.setup()
+    return {"pgoutput": observe.setup, "binlog": binlog.setup, "poll": poll.setup}[method()]()
 
 
 def once(*, limit: int = 1000) -> dict[str, Any]:
@@ -34,10 +38,11 @@ def once(*, limit: int = 1000) -> dict[str, Any]:
 
 def _pass(limit: int) -> dict[str, Any]:
     counts: dict[str, int]
-    if _polls():
+    how = method()
+    if how == "poll":
         counts = poll.poll_once(limit=limit)
         read = counts.pop("rows")
     else:
-        counts = observe.observe_once(limit=limit)
+        counts = (binlog if how == "binlog" else observe).observe_once(limit=limit)
         read = counts.pop("transactions")
     return {"read": read, **counts}

@@ -1,7 +1,8 @@
 """The change stream's pre-flight (``manage.py legacy_check --observe``, rollout.stream_check): each hazard of
 observing a team's table, found before anything is created, with what to change — on a PostgreSQL cluster of its own
 with wal_level = logical (scripts/legacy-pg-cluster.sh, the ``legacy_logical`` alias), on the shared one whose
-wal_level is replica (``legacy``), and on MariaDB for the polling observer (``legacy_mysql``)."""
+wal_level is replica (``legacy``), on MariaDB with its binary log off (``legacy_mysql``: the polling observer) and on
+a MariaDB of its own with the log on (``legacy_binlog``, scripts/legacy-mariadb-binlog.sh)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from django.db import connections
 from rollout import legacy_check
 from tests.support.legacy_db import MAPPING, Their
 
-STREAM = [alias for alias in ("legacy_logical", "legacy", "legacy_mysql") if alias in connections]
+STREAM = [
+    alias for alias in ("legacy_logical", "legacy", "legacy_mysql", "legacy_binlog") if alias in connections
+]
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.django_db(transaction=True, databases=["default", *STREAM]),
@@ -115,3 +118,54 @@ def test_the_polling_observer_needs_an_indexed_column_every_write_changes():
     assert _problems(unnamed, "needs 'changed' in the mapping"), unnamed.problems
     assert _problems(unindexed, "CREATE INDEX ON jobs (changed_at)"), unindexed.problems
     assert fitting.problems == [], fitting.problems
+
+
+def test_a_per_row_counter_is_refused_as_the_polling_cursor_with_the_reason(settings):
+    if "legacy_mysql" not in connections:
+        pytest.skip("no MariaDB (LEGACY_MYSQL_URL; .ci/run sets it)")
+    settings.LEGACY_OBSERVE_MYSQL = "poll"
+    db = Their("legacy_mysql")
+    db.create_jobs()
+    try:
+        db.sql("ALTER TABLE jobs ADD COLUMN row_version int NOT NULL DEFAULT 0, ADD INDEX (row_version)")
+        report = _check("legacy_mysql", changed="row_version")
+    finally:
+        db.sql("DROP TABLE IF EXISTS jobs")
+    assert _problems(report, "a per-row counter (a version) cannot be the cursor"), report.problems
+
+
+def test_the_binlog_reader_is_chosen_where_the_log_is_on_and_each_setting_it_needs_is_checked(settings):
+    """On the binlog instance every item passes; on the shared instance (log off) asking for the binlog is refused
+    with what to change, and auto falls back to polling, saying so."""
+    if "legacy_binlog" not in connections or "legacy_mysql" not in connections:
+        pytest.skip("needs both MariaDB instances (LEGACY_MYSQL_URL, LEGACY_BINLOG_URL; .ci/run sets them)")
+    with_log, without = Their("legacy_binlog"), Their("legacy_mysql")
+    from examples.legacy_jobs.app import SCHEMA
+
+    for db in (with_log, without):
+        db.sql("DROP TABLE IF EXISTS jobs")
+        db.sql(SCHEMA["mysql"])
+    try:
+        settings.LEGACY_OBSERVE_MYSQL = "auto"
+        on = _check("legacy_binlog", changed="changed_at")
+        unclocked = _check("legacy_binlog")
+        fallback = _check("legacy_mysql", changed="changed_at")
+        settings.LEGACY_OBSERVE_MYSQL = "binlog"
+        off = _check("legacy_mysql", changed="changed_at")
+        with_log.sql("SET GLOBAL binlog_row_image = 'MINIMAL'")
+        try:
+            minimal = _check("legacy_binlog", changed="changed_at")
+        finally:
+            with_log.sql("SET GLOBAL binlog_row_image = 'FULL'")
+    finally:
+        for db in (with_log, without):
+            db.sql("DROP TABLE IF EXISTS jobs")
+
+    assert on.problems == [], on.problems
+    assert any("the binary log (every change" in line for line in on.passed)
+    assert _problems(unclocked, "map 'changed' to an updated-at column"), unclocked.problems
+    assert fallback.problems == [] and any(
+        "polling the changed column (log_bin is off)" in line for line in fallback.passed
+    )
+    assert _problems(off, "log_bin is OFF: start the server with log_bin"), off.problems
+    assert _problems(minimal, "SET GLOBAL binlog_row_image = 'FULL'"), minimal.problems
