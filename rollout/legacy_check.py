@@ -74,6 +74,13 @@ def check(text: str | None = None, *, observe: bool = False) -> Report:
                 f"{name} may be NULL (a release clears it)",
                 f"{name} is NOT NULL, but a release clears the expiry: ALTER it to allow NULL",
             )
+        if role == "owner" and mapping.released_owner == "null":
+            report.expect(
+                nullable,
+                f"{name} may be NULL (a release clears it: released_owner null)",
+                f'{name} is NOT NULL, but a release leaves it NULL: ALTER it to allow NULL, or say "released_owner": '
+                "\"empty\" in the mapping if your workers pick rows whose owner is ''",
+            )
     report.expect(
         _unique(connection, mapping),
         f"key {mapping.key} is unique",
@@ -81,9 +88,28 @@ def check(text: str | None = None, *, observe: bool = False) -> Report:
     )
     if not report.problems:  # a read of columns that are not there would only fail for the same reason
         _rights(report, mapping)
+    if mapping.namespace_map and not report.problems:
+        _unmapped(report, mapping)
     if observe:
         check_stream(report, mapping, connection, columns)
     return report
+
+
+def _unmapped(report: Report, mapping: TableMapping) -> None:
+    """Values of namespace_column the map does not name: their rows belong to no namespace (never imported, never
+    judged) — said, so that a value spelled differently in the map is not a silent gap."""
+    store = TableLegacyStore(mapping)
+    column, table = store.quote(mapping.namespace_column), store.quote(mapping.table)
+    with connections[mapping.database].cursor() as cursor:
+        cursor.execute(f"SELECT DISTINCT {column} FROM {table} LIMIT 1000")
+        values = {str(value) for (value,) in cursor.fetchall() if value is not None}
+    missing = sorted(values - set(mapping.namespace_map))
+    report.expect(
+        not missing,
+        f"namespace_map names every {mapping.namespace_column} value in the table",
+        f"namespace_map does not name {mapping.namespace_column} values {', '.join(missing[:10])}: their rows are of "
+        "no namespace (never imported, never judged) — add them to the map if they are work to migrate",
+    )
 
 
 def _roles(mapping: TableMapping) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -95,6 +121,12 @@ def _roles(mapping: TableMapping) -> list[tuple[str, str, tuple[str, ...]]]:
         roles.append(("completed", mapping.completed, kinds))
     if mapping.namespace_column:
         roles.append(("namespace_column", mapping.namespace_column, _TEXT))
+    if mapping.input:
+        roles.append(("input", mapping.input, ("json", *_TEXT)))
+    if mapping.version:
+        roles.append(("version", mapping.version, ("int",)))
+    if mapping.updated_at:
+        roles.append(("updated_at", mapping.updated_at, _TIME))
     return roles
 
 

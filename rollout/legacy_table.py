@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -60,7 +60,18 @@ class TableMapping:
     namespace: str = "default"  # every row's namespace, unless namespace_column names the column holding it
     namespace_column: str = ""
     database: str = "legacy"  # the DATABASES alias
-    changed: str = ""  # the column every write of theirs changes (the polling observer, MySQL/MariaDB)
+    changed: str = (
+        ""  # their updated-at column: observe mode's clock (binlog, polling) and the polling cursor
+    )
+    # namespace_column's values → namespaces ({"billing": "billing-jobs"}); with a map, a value it lacks is of none
+    namespace_map: dict[str, str] = field(default_factory=dict)
+    input: str = ""  # the column a task's input is read from when the table's rows are imported (else {})
+    node: str = "legacy"  # the node_id of the tasks imported from the table
+    version: str = (
+        ""  # a per-row counter the adapter increments on every write it makes (their optimistic checks)
+    )
+    updated_at: str = ""  # a column the adapter sets to the database's clock on every write it makes
+    released_owner: str = "null"  # what a release leaves in the owner column: null, or empty ('')
 
     def __post_init__(self) -> None:
         for label in (
@@ -72,6 +83,9 @@ class TableMapping:
             "completed",
             "namespace_column",
             "changed",
+            "input",
+            "version",
+            "updated_at",
         ):
             value = getattr(self, label)
             if (value or label in ("table", "key", "owner", "expires")) and not _NAME.match(value or ""):
@@ -79,6 +93,21 @@ class TableMapping:
                     f"ROLLOUT_LEGACY_TABLE: {label} must name a column (letters, digits, _; a table may be "
                     f"schema.table), not {value!r}"
                 )
+        if self.namespace_map and not self.namespace_column:
+            raise ImproperlyConfigured(
+                "ROLLOUT_LEGACY_TABLE: namespace_map maps the values of namespace_column, which is not set"
+            )
+        if not isinstance(self.namespace_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in self.namespace_map.items()
+        ):
+            raise ImproperlyConfigured(
+                "ROLLOUT_LEGACY_TABLE: namespace_map is an object of column values to namespace names, e.g. "
+                '{"billing": "billing-jobs"}'
+            )
+        if self.released_owner not in ("null", "empty"):
+            raise ImproperlyConfigured(
+                f"ROLLOUT_LEGACY_TABLE: released_owner must be null or empty, not {self.released_owner!r}"
+            )
         if self.completed_as not in COMPLETED_AS:
             raise ImproperlyConfigured(
                 f"ROLLOUT_LEGACY_TABLE: completed_as must be one of {', '.join(COMPLETED_AS)}, not "
@@ -113,9 +142,26 @@ class TableMapping:
         missing = [name for name in ("table", "key", "owner", "expires") if not data.get(name)]
         if missing:
             raise ImproperlyConfigured(f"ROLLOUT_LEGACY_TABLE: {', '.join(missing)} missing")
-        if not all(isinstance(value, str) for value in data.values()):
-            raise ImproperlyConfigured("ROLLOUT_LEGACY_TABLE: every value is a string")
+        if not all(isinstance(value, str) for name, value in data.items() if name != "namespace_map"):
+            raise ImproperlyConfigured(
+                "ROLLOUT_LEGACY_TABLE: every value is a string (namespace_map an object)"
+            )
         return cls(**data)
+
+    def namespace_of(self, raw: Any) -> str:
+        """A row's namespace: the mapping's one, or its namespace_column's value (through namespace_map, where a
+        value the map lacks is of no namespace: "")."""
+        if not self.namespace_column:
+            return self.namespace
+        if self.namespace_map:
+            return self.namespace_map.get(str(raw), "")
+        return "" if raw is None else str(raw)
+
+    def raw_values(self, namespace: str) -> list[str]:
+        """The namespace_column values that are ``namespace``."""
+        if self.namespace_map:
+            return sorted(raw for raw, name in self.namespace_map.items() if name == namespace)
+        return [namespace]
 
     def columns(self) -> list[str]:
         """The columns a row is read with, in order: key, owner, expires, then the optional ones mapped."""
@@ -148,12 +194,59 @@ class TableLegacyStore(BatchOfOne):
         )
         if m.completed:
             where += f" AND {self._incomplete()}"
-        if m.namespace_column:
-            where += f" AND {self._q(m.namespace_column)} = %s"
-            params.append(namespace)
-        elif namespace != m.namespace:
+        scope, scoped = self._of_namespace(namespace)
+        if scope is None:
             return []
-        return self._select(where, params)
+        return self._select(f"{where} AND {scope}", params + scoped)
+
+    def _of_namespace(self, namespace: str) -> tuple[str | None, list[Any]]:
+        """SQL that picks the rows of ``namespace`` (None: the table has none of it), and its parameters."""
+        m = self.mapping
+        if not m.namespace_column:
+            return ("1 = 1", []) if namespace == m.namespace else (None, [])
+        raws = m.raw_values(namespace)
+        if not raws:
+            return None, []
+        return f"{self._q(m.namespace_column)} IN ({', '.join(['%s'] * len(raws))})", raws
+
+    def rows_after(self, *, namespace: str, key: str | None, limit: int) -> list[tuple[str, Any]]:
+        """The import's read: up to ``limit`` rows of ``namespace`` past ``key`` in key order, as ``(task_id,
+        input)`` — the input read from the mapping's ``input`` column (JSON where it parses), else None."""
+        m, q = self.mapping, self._q
+        scope, params = self._of_namespace(namespace)
+        if scope is None:
+            return []
+        where = scope
+        if key is not None:
+            where += f" AND {q(m.key)} > %s"
+            params = [*params, key]
+        source = q(m.input) if m.input else "NULL"
+        with connections[m.database].cursor() as cursor:
+            cursor.execute(
+                f"SELECT {q(m.key)}, {source} FROM {q(m.table)} WHERE {where} ORDER BY {q(m.key)} LIMIT {int(limit)}",
+                params,
+            )
+            return [(str(task_id), json_value(value)) for task_id, value in cursor.fetchall()]
+
+    def count(self, *, namespace: str) -> int:
+        scope, params = self._of_namespace(namespace)
+        if scope is None:
+            return 0
+        with connections[self.mapping.database].cursor() as cursor:
+            cursor.execute(f"SELECT count(*) FROM {self._q(self.mapping.table)} WHERE {scope}", params)
+            return int(cursor.fetchone()[0])
+
+    def input_of(self, task_id: str) -> Any:
+        """One row's input, for a task adopted on first sight."""
+        m = self.mapping
+        if not m.input:
+            return None
+        with connections[m.database].cursor() as cursor:
+            cursor.execute(
+                f"SELECT {self._q(m.input)} FROM {self._q(m.table)} WHERE {self._q(m.key)} = %s", [task_id]
+            )
+            row = cursor.fetchone()
+        return json_value(row[0]) if row else None
 
     def decide_many(self, asks: list[LegacyAsk]) -> list[LegacyVerdict]:
         """Distinct tasks' operations in one transaction of the legacy database: their rows locked in one statement
@@ -296,8 +389,9 @@ class TableLegacyStore(BatchOfOne):
         """The decision's values, in the mapped columns only."""
         m = self.mapping
         assignments: list[tuple[str, Any]] = []
-        if "owner_id" in values:
-            assignments.append((m.owner, values["owner_id"]))
+        if "owner_id" in values:  # a release clears it as the table's own convention does (NULL unless said)
+            owner = values["owner_id"] or (None if m.released_owner == "null" else "")
+            assignments.append((m.owner, owner))
         if "expires_at" in values:
             assignments.append((m.expires, self._db_value(values["expires_at"])))
         if "result" in values and m.result:
@@ -307,7 +401,11 @@ class TableLegacyStore(BatchOfOne):
             assignments.append((m.completed, completed[m.completed_as]))
         if not assignments:
             return
+        if m.updated_at:
+            assignments.append((m.updated_at, self._db_value(now)))
         sets = ", ".join(f"{self._q(column)} = %s" for column, _ in assignments)
+        if m.version:  # their optimistic checks see every write of ours
+            sets += f", {self._q(m.version)} = COALESCE({self._q(m.version)}, 0) + 1"
         with connections[m.database].cursor() as cursor:
             cursor.execute(
                 f"UPDATE {self._q(m.table)} SET {sets} WHERE {self._q(m.key)} = %s",
@@ -334,7 +432,7 @@ class TableLegacyStore(BatchOfOne):
                 pass  # a result the legacy application wrote as plain text is compared as that text
         return LegacyClaim(
             task_id=str(named[m.key]),
-            namespace=str(named[m.namespace_column]) if m.namespace_column else m.namespace,
+            namespace=m.namespace_of(named.get(m.namespace_column)),
             owner_id=named[m.owner] or "",
             expires_at=_aware(named[m.expires]),
             result=result,
@@ -368,6 +466,18 @@ class TableLegacyStore(BatchOfOne):
     def _q(self, name: str) -> str:
         quote = connections[self.mapping.database].ops.quote_name
         return ".".join(quote(part) for part in name.split("."))
+
+
+def json_value(value: Any) -> Any:
+    """A column's value as a task's input: JSON text parsed, anything else as it is (bytes as text)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        value = bytes(value).decode()
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _aware(value: Any) -> datetime | None:

@@ -371,3 +371,35 @@ class ObservedRow(models.Model):
 
     task_id = models.CharField(max_length=200, primary_key=True)
     state = models.JSONField()
+
+
+class LegacyImport(models.Model):
+    """Entering SHADOW over a team's table: its rows made claim.v1 tasks, in batches by key (``last_key``: every row
+    up to it imported), then its live claims. Progress for the console and the command line; one running per
+    namespace; a killed import resumes from ``last_key``."""
+
+    class Status(models.TextChoices):
+        RUNNING = "RUNNING"
+        DONE = "DONE"
+        FAILED = "FAILED"
+
+    id = models.BigAutoField(primary_key=True)
+    namespace = models.CharField(max_length=100)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    principal = models.CharField(max_length=200)
+    total = models.PositiveBigIntegerField(default=0)  # rows of the namespace when it started
+    read = models.PositiveBigIntegerField(default=0)  # rows read so far
+    created = models.PositiveBigIntegerField(default=0)  # tasks made (rows claim.v1 already had are not)
+    last_key = models.CharField(max_length=200, null=True, blank=True)
+    claims = models.JSONField(default=dict)  # the live claims' import: {imported, skipped}
+    error = models.TextField(blank=True, default="")
+    started_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["namespace"], condition=Q(status="RUNNING"), name="one_legacy_import_running"
+            ),
+        ]

@@ -13,7 +13,7 @@ from claims.locks import singleton
 from claims.models import Namespace
 
 from .models import Rollback, Stage
-from .services import jobs, legacy_decisions, observers, stages, write_through
+from .services import adoption, jobs, legacy_decisions, observers, stages, write_through
 from .services.retention import rollout_history_prune
 
 _RETRY = {"autoretry_for": (DatabaseError,), "retry_backoff": True, "retry_kwargs": {"max_retries": 5}}
@@ -54,6 +54,17 @@ def settle_legacy_decisions(namespace: str | None = None) -> dict[str, int]:
         if not got:
             return {"skipped": 1}
         return legacy_decisions.resolve_open(namespace=namespace)
+
+
+@shared_task(name="rollout.import_legacy_rows", **_RETRY)
+def import_legacy_rows(import_id: int) -> dict[str, Any]:
+    """Entering SHADOW over a team's table: its rows made tasks in batches, then its live claims
+    (services/adoption.py). Resumes where a killed run stopped; alone per import."""
+    with singleton(f"import_legacy_rows:{import_id}") as got:
+        if not got:
+            return {"skipped": 1}
+        job = adoption.run(import_id)
+        return {"read": job.read, "created": job.created, "claims": job.claims}
 
 
 @shared_task(name="rollout.observe_legacy", **_RETRY)

@@ -33,7 +33,7 @@ from .namespaces import (
 from .principals import IssuedToken, hash_token, principal_ensure, token_issue, token_revoke
 from .resources import ResourceView, resource_check, resource_create, resource_delete, resource_get
 from .results import Committed, Staged, result_stage, task_commit
-from .tasks import TaskCreated, task_cancel, task_create, task_requeue, task_revise_input
+from .tasks import TaskCreated, task_cancel, task_create, task_requeue, task_revise_input, tasks_adopt
 
 __all__ = [
     "Guard",
@@ -80,6 +80,7 @@ __all__ = [
     "task_commit",
     "task_commit_many",
     "task_create",
+    "tasks_adopt",
     "task_release",
     "task_renew",
     "task_requeue",

@@ -20,12 +20,13 @@ from ..models import (
     Role,
     Task,
     TaskDependency,
+    TaskEvent,
     TaskResource,
     TaskState,
 )
 from ..states import check_transition
-from . import statements, wakeups
-from ._base import NamespaceHold, append_event, audit, hold_namespace, hold_task, task_current
+from . import _sql, statements, wakeups
+from ._base import NamespaceHold, append_event, audit, event_values, hold_namespace, hold_task, task_current
 from .resources import resources_exist
 
 
@@ -144,6 +145,76 @@ def task_create(
         if task.state == TaskState.READY:
             wakeups.claimable(ns.name, nodes=[node_id])
     return TaskCreated(task, created=True)
+
+
+def tasks_adopt(
+    *, principal: Principal, namespace: str, node_id: str, tasks: list[tuple[str, Any]]
+) -> list[str]:
+    """Tasks kept by another system (a team's legacy table) made claim.v1 tasks in bulk, READY, no predecessors, no
+    resources: each ``(task_id, input)`` inserted unless its task_id exists already — then that task is left as it
+    is, whatever it holds. One transaction: the namespace held FOR SHARE, one INSERT … ON CONFLICT DO NOTHING that
+    returns the ids it inserted (so a task another request created meanwhile gets no second ``task_created``), then
+    their events in one statement. Returns the ids created. An input of None (what a NULL column reads as) is
+    adopted as ``{}``: a task's input is never null."""
+    if not tasks:
+        return []
+    with transaction.atomic(durable=True):
+        try:
+            ns = hold_namespace(name=namespace)
+        except NotFound:
+            raise Invalid({"namespace": [f"unknown namespace {namespace!r}"]}) from None
+        rows: list[dict[str, Any]] = [
+            {
+                "task_id": task_id,
+                "namespace_id": ns.id,
+                "node_id": node_id,
+                "input": value,
+                "input_digest": digest(value),
+                "depends_on": [],
+                "replay_policy": ReplayPolicy.REPLAYABLE,
+                "resources": [],
+                "has_resources": False,
+                "has_successors": False,
+                "state": TaskState.READY,
+                "state_version": 1,
+                "scheduler_epoch": 0,
+                "claim_generation": 0,
+                "cancel_generation": 0,
+                "created_at": ns.now,
+                "updated_at": ns.now,
+            }
+            for task_id, value in (
+                (task_id, {} if value is None else value) for task_id, value in dict(tasks).items()
+            )
+        ]
+        sql, params = _sql.insert_many_statement(Task, rows)
+        with connection.cursor() as cursor:
+            cursor.execute(f"{sql} ON CONFLICT (task_id) DO NOTHING RETURNING task_id", params)
+            created = [task_id for (task_id,) in cursor.fetchall()]
+        if created:
+            digests = {row["task_id"]: row["input_digest"] for row in rows}
+            _sql.together(
+                _sql.insert_many_statement(
+                    TaskEvent,
+                    [
+                        event_values(
+                            EventKind.TASK_CREATED,
+                            namespace_id=ns.id,
+                            task_id=task_id,
+                            at=ns.now,
+                            principal=principal,
+                            detail={
+                                "state": TaskState.READY,
+                                "node_id": node_id,
+                                "input_digest": digests[task_id],
+                            },
+                        )
+                        for task_id in created
+                    ],
+                )
+            )
+            wakeups.claimable(ns.name, nodes=[node_id])
+    return created
 
 
 def _definition(

@@ -220,6 +220,8 @@ if LEGACY_OBSERVE_MYSQL not in ("auto", "binlog", "poll"):
     )
 # The binlog reader's server_id: unique among the legacy server's replicas (a clash disconnects the other one).
 LEGACY_BINLOG_SERVER_ID = env_int("LEGACY_BINLOG_SERVER_ID", 1_004_127, minimum=1, maximum=4_294_967_295)
+# Entering SHADOW over a team's table imports its rows as tasks, this many per transaction (rollout.services.adoption).
+LEGACY_IMPORT_BATCH = env_int("LEGACY_IMPORT_BATCH", 2000, minimum=1, maximum=50_000)
 # Observe mode on: the rollout.observe_legacy job follows the table every 2 s (after manage.py legacy_observe --setup).
 ROLLOUT_LEGACY_OBSERVE = env_bool("ROLLOUT_LEGACY_OBSERVE", False)
 # The polling observer (MySQL/MariaDB, rollout.services.poll) reads a timestamp 'changed' column only up to this long

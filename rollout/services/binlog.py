@@ -30,6 +30,7 @@ from claims.models import Task
 from ..legacy import legacy_store
 from ..legacy_check import check as preflight
 from ..models import ObserverPosition
+from .adoption import adopt_seen
 from .observe import Observed, ObserveRefused, decided, judge
 
 
@@ -143,6 +144,8 @@ def observe_once(*, limit: int = 1000) -> dict[str, int]:
                         continue
                     before, after = row.get("before_values"), row.get("after_values") or row.get("values")
                     moved = {"lsn": start, "index": index, "gtid": gtid}
+                    adopted = store.from_values(after)  # type: ignore[attr-defined]
+                    adopt_seen(task_id=adopted.task_id, namespace=adopted.namespace, values=after)
                     seen = decided(
                         store.from_values(before) if before else None,  # type: ignore[attr-defined]
                         store.from_values(after),  # type: ignore[attr-defined]

@@ -142,10 +142,11 @@ def observe_once(*, limit: int = 1000) -> dict[str, int]:
         for index, change in enumerate(txn.changes, start=1):
             if index <= skip or change.table != table:
                 continue
+            known = change.new is None or _adopted(store, change.new)
             seen = _decision(store, change, txn, index)
             if seen is None:
                 continue
-            if not Task.objects.filter(pk=seen.task_id).exists():
+            if not known:
                 ObserverPosition.objects.filter(pk=position.pk).update(unknown=F("unknown") + 1)
                 counts["unknown"] += 1
                 continue
@@ -155,6 +156,14 @@ def observe_once(*, limit: int = 1000) -> dict[str, int]:
     if done is not None:
         _advance(legacy, slot, position.pk, done)
     return counts
+
+
+def _adopted(store: Any, values: dict[str, Any]) -> bool:
+    """A row claim.v1 has no task for becomes one (an INSERT of theirs, or a row from before): docs/adopting.md."""
+    from .adoption import adopt_seen
+
+    row = store.from_text(values)
+    return adopt_seen(task_id=row.task_id, namespace=row.namespace, values=values)
 
 
 def _decision(store: Any, change: pgoutput.Change, txn: pgoutput.Transaction, index: int) -> Observed | None:

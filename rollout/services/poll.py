@@ -23,12 +23,12 @@ from django.db import connections, transaction
 from django.db.models import F
 
 from claims import clock
-from claims.models import Task
 
 from ..legacy import legacy_store
 from ..legacy_check import check as preflight
 from ..legacy_check import table_columns
 from ..models import LegacyClaim, ObservedRow, ObserverPosition
+from .adoption import adopt_seen
 from .observe import ObserveRefused, decided, judge
 
 _START = "1970-01-01T00:00:00+00:00"
@@ -96,7 +96,7 @@ def poll_once(*, limit: int = 1000) -> dict[str, int]:
         def keep(row: LegacyClaim = row) -> None:
             _keep(row)
 
-        if seen is not None and Task.objects.filter(pk=row.task_id).exists():
+        if seen is not None and adopt_seen(task_id=row.task_id, namespace=row.namespace):
             claimed_first = _claim_first(before, row, at, position)
             if claimed_first is not None:  # a claim and its complete between two passes: judged as two
                 first, middle = claimed_first

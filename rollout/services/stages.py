@@ -15,14 +15,13 @@ from django.conf import settings
 from django.db import transaction
 
 from claims import clock, interleave, services
-from claims.errors import ClaimsPaused, Conflict, Forbidden, InvalidTransition
+from claims.errors import ClaimsPaused, Forbidden, InvalidTransition
 from claims.models import Namespace, Principal, Role
 from claims.services import audit
 
 from .. import selectors
-from ..legacy import legacy_store
 from ..models import CoverageWaiver, DrainSnapshot, GateEvaluation, Rollback, Stage, StageChange
-from . import state, write_through
+from . import adoption, state, write_through
 from .errors import GateNotMet, RollbackInProgress
 
 
@@ -194,41 +193,6 @@ def drain_figures(snapshot: DrainSnapshot) -> dict[str, int]:
     }
 
 
-def _import_legacy_claims(ns: Namespace, principal: Principal) -> dict[str, Any]:
-    """Entering SHADOW: every live legacy claim becomes a claim.v1 attempt (generation + 1 each), so both stores
-    start equal. What could not be imported is counted by reason — an owner with no worker principal, or the
-    claim.v1 refusal (a fence between the advance and the import pauses claims) — and the result is audited, so
-    an import that left claims behind is never silent."""
-    imported, skipped = 0, {}  # type: tuple[int, dict[str, int]]
-    now = clock.now()
-    for row in legacy_store().live_claims(namespace=ns.name, now=now):
-        assert row.expires_at is not None  # a live claim has an expiry
-        owner = Principal.objects.filter(name=row.owner_id, role=Role.WORKER).first()
-        if owner is None:
-            skipped["NO_WORKER_PRINCIPAL"] = skipped.get("NO_WORKER_PRINCIPAL", 0) + 1
-            continue
-        ttl = max(
-            settings.LEASE_MIN_SECONDS,
-            min(settings.LEASE_MAX_SECONDS, int((row.expires_at - now).total_seconds())),
-        )
-        try:
-            with services.acting_via("legacy"):
-                services.task_claim(
-                    principal=owner,
-                    task_id=row.task_id,
-                    owner_id=owner.name,
-                    scheduler_epoch=ns.scheduler_epoch,
-                    ttl_seconds=ttl,
-                )
-            imported += 1
-        except Conflict as exc:
-            skipped[exc.outcome] = skipped.get(exc.outcome, 0) + 1
-    result = {"imported": imported, "skipped": skipped}
-    with transaction.atomic(durable=True):
-        audit(principal=principal, action="legacy_import", at=clock.now(), namespace=ns.name, detail=result)
-    return result
-
-
 def _open_rollback(namespace: str) -> Rollback | None:
     return Rollback.objects.filter(namespace=namespace, finished_at__isnull=True).first()
 
@@ -248,7 +212,9 @@ def advance(
     3. Evaluate the gate on the figures read now, and record the evaluation.
     4. The stage write is a compare-and-set on the stage read in 1, with its StageChange record.
     A refused gate still records its evaluation (the transaction commits it) and then answers GATE_NOT_MET.
-    Entering SHADOW then imports the live legacy claims, and records what it imported and skipped (audited).
+    Entering SHADOW then imports the live legacy claims, and records what it imported and skipped (audited);
+    over a team's table, first its rows as tasks — a job (``rollout.import_legacy_rows``) with its progress
+    recorded (``LegacyImport``), since a table may hold millions.
     """
     if override and principal.role != Role.ONCALL:
         raise Forbidden("only oncall may override a gate")
@@ -295,8 +261,18 @@ def advance(
     if not gate.holds and not override:
         raise GateNotMet(gate.why, current={"gate": gate.move, "figures": gate.figures})
     if stage == Stage.LEGACY and to_stage == Stage.SHADOW:
-        _import_legacy_claims(selectors.namespace_or_404(namespace), principal)
+        if adoption.imports_rows():  # their table's rows become tasks, then its live claims attempts: a job
+            started = adoption.start(namespace=namespace, principal=principal)
+            transaction.on_commit(lambda: _enqueue_import(started.pk))
+        else:
+            adoption.import_legacy_claims(selectors.namespace_or_404(namespace), principal)
     return to_stage, gate
+
+
+def _enqueue_import(import_id: int) -> None:
+    from claims.services.dispatching import enqueue  # the job by its name: jobs call services, not the reverse
+
+    enqueue("rollout.import_legacy_rows", import_id)
 
 
 def waive_coverage(*, principal: Principal, namespace: str, point: str, reason: str) -> CoverageWaiver:

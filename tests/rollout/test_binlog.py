@@ -14,6 +14,7 @@ import pytest
 from django.db import connections
 
 from claims import interleave
+from claims.models import Task
 from examples.legacy_jobs.app import SCHEMA
 from rollout.models import ComparedOperation, LegacyEvent, Mismatch, ObserverPosition
 from rollout.services import observers
@@ -127,3 +128,20 @@ def test_a_killed_observer_resumes_judging_no_change_twice_and_skipping_none_acr
     assert sorted(LegacyEvent.objects.values_list("task_id", flat=True)) == sorted(jobs)
     assert not Mismatch.objects.exists()
     assert observers.once()["judged"] == 0
+
+
+def test_a_row_their_application_inserts_becomes_a_task_from_the_log_in_its_mapped_namespace(their, operator):
+    assert operator.post("/namespaces", {"name": NS, "stage": "SHADOW"}).status_code == 201
+    with their_table_configured("legacy_binlog", changed="changed_at", namespace_map={"q-billing": NS}):
+        observers.setup()
+        their.sql(
+            "INSERT INTO jobs (job_id, queue, payload) VALUES ('late-1', 'q-billing', 'p'), ('stray', 'x', 'p')"
+        )
+        assert claim(their, "late-1", "w1", ttl=30)
+
+        counts = observers.once()
+
+    assert counts["judged"] == 1 and counts["unknown"] == 0, counts
+    task = Task.objects.get(pk="late-1")
+    assert (task.namespace.name, task.state, task.owner_id) == (NS, "CLAIMED", "w1")  # adopted, then judged
+    assert not Task.objects.filter(pk="stray").exists()  # a queue the map does not name: of no namespace

@@ -42,7 +42,7 @@ def test_claim_heartbeat_release_and_complete_write_their_columns(their, jobs):
     assert renewed.expires_at - renewed.at == timedelta(seconds=120)
 
     assert jobs.release(task_id="j1", owner_id="w1").word == "RELEASED"
-    assert row(their, "j1")[:2] == ("", None)
+    assert row(their, "j1")[:2] == (None, None)  # NULL, as their pick query (locked_by IS NULL) expects
 
     done = jobs.complete(task_id="j1", namespace="default", owner_id="w9", result={"r": 1}, result_digest="d")
     assert done.word == "COMPLETED"  # unconditional: last write wins, as the legacy table does

@@ -271,3 +271,18 @@ def test_a_pass_while_another_runs_judges_nothing(their, operator):
     assert skipped == {"skipped": 1}
     assert not LegacyEvent.objects.exists()
     assert observers.once()["judged"] == 1
+
+
+def test_a_row_their_application_inserts_becomes_a_task_from_the_stream(their, operator):
+    from claims.models import Task
+
+    assert operator.post("/namespaces", {"name": NS, "stage": "SHADOW"}).status_code == 201
+    observe.setup()
+    their.sql("INSERT INTO jobs (job_id, queue, payload) VALUES ('late-1', %s, 'p')", [NS])
+    assert claim(their, "late-1", "w1", ttl=30)
+
+    counts = observe.observe_once()
+
+    assert counts["judged"] == 1 and counts["unknown"] == 0, counts
+    task = Task.objects.get(pk="late-1")
+    assert (task.namespace.name, task.state, task.owner_id) == (NS, "CLAIMED", "w1")

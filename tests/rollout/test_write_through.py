@@ -139,7 +139,7 @@ def test_two_writes_of_one_task_land_in_the_order_they_were_decided(table_store,
 
     assert write_through.apply_pending().applied == 2
 
-    assert row(their, task_id)[:2] == ("", None)
+    assert row(their, task_id)[:2] == (None, None)
     assert [w.fields["owner_id"] for w in LegacyWrite.objects.order_by("id")] == ["worker-a", ""]
 
 
