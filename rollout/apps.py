@@ -13,7 +13,11 @@ class RolloutConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import extensions, metrics  # noqa: F401 - extensions registers what the on-call tools show of it
+        from . import (  # noqa: F401 - extensions registers what the on-call tools show of it
+            extensions,
+            metrics,
+            tasks,  # noqa: F401 - registers the jobs a service sends by name (dispatching.enqueue)
+        )
         from .services import retention  # noqa: F401 - registers the tasks the core's retention must keep
 
         metrics.register()

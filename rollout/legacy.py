@@ -162,7 +162,7 @@ def decide(store: LegacyStore, asks: list[LegacyAsk]) -> list[LegacyVerdict]:
         return many(asks)
     verdicts = []
     for ask in asks:
-        if ask.kind == "record":
+        if ask.kind in ("record", "restore"):  # a store without decide_many keeps what completion it has
             store.record_claim(**ask.fields)
             verdicts.append(LegacyVerdict(True, "RECORDED", ask.fields["owner_id"], ask.fields["expires_at"]))
         else:
@@ -240,6 +240,9 @@ class DjangoLegacyStore(BatchOfOne):
     def get(self, *, task_id) -> LegacyClaim | None:
         return LegacyClaim.objects.filter(pk=task_id).first()
 
+    def get_many(self, *, task_ids: list[str]) -> dict[str, LegacyClaim]:
+        return {row.task_id: row for row in LegacyClaim.objects.filter(pk__in=task_ids)}
+
     def live_claims(self, *, namespace, now, pool=None) -> list[LegacyClaim]:
         rows = LegacyClaim.objects.filter(namespace=namespace, expires_at__gt=now, completed_by="").exclude(
             owner_id=""
@@ -303,12 +306,28 @@ def _decide_record(row, now, *, task_id, namespace, owner_id, expires_at, pool="
     return LegacyVerdict(True, "RECORDED", owner_id, expires_at, now), values
 
 
+def _decide_restore(row, now, *, task_id, namespace, owner_id, expires_at) -> Decision:
+    """A rollback's write-back of a task claim.v1 has not committed: its owner and expiry (or none), and no
+    completion — whatever an old binary wrote there (the write-back reports it first: write_through.write_back)."""
+    values = {
+        "namespace": namespace,
+        "owner_id": owner_id,
+        "expires_at": expires_at,
+        "result": None,
+        "result_digest": "",
+        "completed_by": "",
+        "via": "claim.v1",
+    }
+    return LegacyVerdict(True, "RECORDED", owner_id, expires_at, now), values
+
+
 _DECIDE: dict[str, Callable[..., Decision]] = {
     "claim": _decide_claim,
     "heartbeat": _decide_heartbeat,
     "release": _decide_release,
     "complete": _decide_complete,
     "record": _decide_record,
+    "restore": _decide_restore,
 }
 
 

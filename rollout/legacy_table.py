@@ -184,6 +184,14 @@ class TableLegacyStore(BatchOfOne):
         rows = self._select(f"{self._q(self.mapping.key)} = %s", [task_id])
         return rows[0] if rows else None
 
+    def get_many(self, *, task_ids: list[str]) -> dict[str, LegacyClaim]:
+        if not task_ids:
+            return {}
+        marks = ", ".join(["%s"] * len(task_ids))
+        return {
+            row.task_id: row for row in self._select(f"{self._q(self.mapping.key)} IN ({marks})", task_ids)
+        }
+
     def live_claims(self, *, namespace, now, pool=None) -> list[LegacyClaim]:
         if pool:  # the table has no pool column: every claim in it is of the default pool ("")
             return []
@@ -395,10 +403,14 @@ class TableLegacyStore(BatchOfOne):
         if "expires_at" in values:
             assignments.append((m.expires, self._db_value(values["expires_at"])))
         if "result" in values and m.result:
-            assignments.append((m.result, canonical_json(values["result"]).decode()))
+            result = values["result"]
+            assignments.append((m.result, None if result is None else canonical_json(result).decode()))
         if "completed_by" in values and m.completed:
-            completed = {"owner": values["completed_by"], "true": True, "now": self._db_value(now)}
-            assignments.append((m.completed, completed[m.completed_as]))
+            if values["completed_by"]:
+                completed = {"owner": values["completed_by"], "true": True, "now": self._db_value(now)}
+                assignments.append((m.completed, completed[m.completed_as]))
+            else:  # a rollback's write-back: not completed, in the column's own terms
+                assignments.append((m.completed, False if m.completed_as == "true" else None))
         if not assignments:
             return
         if m.updated_at:

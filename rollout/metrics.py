@@ -79,14 +79,31 @@ class ValidationCollector(Collector):
             "Since the commit of the newest legacy transaction the observer judged.",
             labels=["slot"],
         )
+        late = GaugeMetricFamily(
+            "rollout_observer_behind_seconds",
+            "How far behind legacy's clock the observer's last pass ended (0: it read all there was). Verdicts are "
+            "judged on legacy's clock whatever this is; the report, the gate and the drain wait for it.",
+            labels=["slot"],
+        )
+        lease = GaugeMetricFamily(
+            "rollout_observer_lease_seconds",
+            "Legacy's lease as the observer last saw one granted or renewed (expiry minus commit).",
+            labels=["slot"],
+        )
         now = clock.now()
         for position in selectors.observer_positions():
             if position.lag_bytes is not None:
                 lag.add_metric([position.name], position.lag_bytes)
             if position.last_commit_at is not None:
                 behind.add_metric([position.name], (now - position.last_commit_at).total_seconds())
+            if position.behind_seconds is not None:
+                late.add_metric([position.name], position.behind_seconds)
+            if position.lease_seconds is not None:
+                lease.add_metric([position.name], position.lease_seconds)
         yield lag
         yield behind
+        yield late
+        yield lease
 
 
 _registered = False

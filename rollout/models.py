@@ -362,6 +362,10 @@ class ObserverPosition(models.Model):
     unknown = models.PositiveBigIntegerField(default=0)  # changes of tasks claim.v1 does not have
     last_commit_at = models.DateTimeField(null=True, blank=True)  # the newest judged transaction's commit
     lag_bytes = models.BigIntegerField(null=True, blank=True)  # WAL the slot still holds, as of updated_at
+    # How far behind legacy's clock the last pass ended (0: it read all there was) and legacy's lease as last seen
+    # (a claim or heartbeat: its expiry minus its commit) — the console and /metrics compare the two.
+    behind_seconds = models.FloatField(null=True, blank=True)
+    lease_seconds = models.FloatField(null=True, blank=True)
     updated_at = models.DateTimeField()
 
 
@@ -403,3 +407,19 @@ class LegacyImport(models.Model):
                 fields=["namespace"], condition=Q(status="RUNNING"), name="one_legacy_import_running"
             ),
         ]
+
+
+class WriteBackDifference(models.Model):
+    """A rollback's write-back found a row of the legacy table that disagreed with claim.v1 on its completion — an
+    old binary completed it directly in V1_WRITES, or completed it with another result — and wrote claim.v1's state
+    over it (claim.v1 decided in those stages; docs/adopting.md, "A rollback"). Kept, not silently erased: the
+    console lists them with the rollback. Append-only."""
+
+    id = models.BigAutoField(primary_key=True)
+    namespace = models.CharField(max_length=100)
+    rollback_id = models.UUIDField(null=True, blank=True)
+    task_id = models.CharField(max_length=200)
+    table = models.JSONField()  # the row as found: {owner_id, completed_by, result}
+    claim_v1 = models.JSONField()  # {state, owner_id, result}
+    written = models.CharField(max_length=32)  # what the write-back did: CLEARED (not committed) | REPLACED
+    at = models.DateTimeField()

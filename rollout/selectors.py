@@ -31,6 +31,7 @@ from .models import (
     DrainSnapshot,
     GateEvaluation,
     LegacyClaim,
+    LegacyImport,
     LegacyWrite,
     Mismatch,
     MismatchReason,
@@ -41,6 +42,7 @@ from .models import (
     Stage,
     StageChange,
     WorkerRegistration,
+    WriteBackDifference,
 )
 
 POINTS = [point.value for point in AcceptancePoint]
@@ -356,6 +358,39 @@ def legacy_writes_pending_by_namespace() -> dict[str, int]:
 
 def observer_positions() -> list[ObserverPosition]:
     return list(ObserverPosition.objects.order_by("name"))
+
+
+def observers_shown() -> list[dict[str, Any]]:
+    """Each observer of a legacy table with how far behind legacy its last pass ended, beside legacy's lease."""
+    rows = []
+    for position in observer_positions():
+        behind, lease = position.behind_seconds, position.lease_seconds
+        rows.append(
+            {
+                "position": position,
+                "method": "binary log"
+                if position.name.startswith("binlog:")
+                else ("polling" if position.name.startswith("poll:") else "change stream (pgoutput)"),
+                "behind": behind,
+                "lease": lease,
+                "beyond_a_lease": behind is not None and lease is not None and behind > lease,
+            }
+        )
+    return rows
+
+
+def legacy_import_of(namespace: str) -> LegacyImport | None:
+    """The namespace's newest import of a legacy table's rows (entering SHADOW), with its progress."""
+    return LegacyImport.objects.filter(namespace=namespace).order_by("-id").first()
+
+
+def write_back_differences(namespace: str, rollback_id: Any, limit: int = 200) -> list[WriteBackDifference]:
+    """What a rollback's write-back overwrote in the legacy table: completions claim.v1 did not share."""
+    return list(
+        WriteBackDifference.objects.filter(namespace=namespace, rollback_id=rollback_id).order_by("task_id")[
+            :limit
+        ]
+    )
 
 
 def last_snapshot(namespace: str, pool: str = "") -> DrainSnapshot | None:

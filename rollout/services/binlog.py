@@ -123,7 +123,7 @@ def observe_once(*, limit: int = 1000) -> dict[str, int]:
     file, _, offset = position.lsn.rpartition(":")
     # ``start``: where the transaction being read began (the end of the one before it), ``skip``: its changes judged.
     start, skip, gtid = f"{file}:{offset}", position.index, position.gtid
-    counts = {"transactions": 0, "judged": 0, "unknown": 0, "direct": 0}
+    counts = {"transactions": 0, "judged": 0, "unknown": 0, "direct": 0, "more": 0}
     index = changes = 0
     ended = False
     stream = _reader(file, int(offset))
@@ -135,6 +135,7 @@ def observe_once(*, limit: int = 1000) -> dict[str, int]:
                 start, skip, index, ended = f"{stream.log_file}:{event.packet.log_pos}", 0, 0, True
                 counts["transactions"] += 1
                 if changes >= limit:
+                    counts["more"] = 1
                     break
             elif isinstance(event, WriteRowsEvent | UpdateRowsEvent):
                 for row in event.rows:

@@ -130,7 +130,7 @@ def observe_once(*, limit: int = 1000) -> dict[str, int]:
         )
         rows = cursor.fetchall()
     position = ObserverPosition.objects.get(name=slot)
-    counts = {"transactions": 0, "judged": 0, "unknown": 0, "direct": 0}
+    counts = {"transactions": 0, "judged": 0, "unknown": 0, "direct": 0, "more": int(len(rows) >= limit)}
     table = mapping.table if "." in mapping.table else f"public.{mapping.table}"
     done = None
     for txn in pgoutput.transactions(rows):
@@ -326,8 +326,12 @@ def _written_through(seen: Observed) -> bool:
 def _moved(seen: Observed, position_id: int, also: Callable[[], None] | None, *, judged: bool) -> None:
     if also is not None:
         also()
+    lease: dict[str, Any] = {}
+    if seen.operation in ("claim", "heartbeat") and seen.row.expires_at is not None:
+        lease["lease_seconds"] = (seen.row.expires_at - seen.committed_at).total_seconds()
     ObserverPosition.objects.filter(pk=position_id).update(
         **seen.position,
+        **lease,
         judged=F("judged") + (1 if judged else 0),
         last_commit_at=seen.committed_at,
         updated_at=Now(),  # the wall clock: inside a judgement clock.now() is legacy's commit

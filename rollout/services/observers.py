@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db import connections
 
+from claims import clock
 from claims.locks import singleton
 
 from ..legacy import legacy_store
@@ -36,6 +38,23 @@ def once(*, limit: int = 1000) -> dict[str, Any]:
         return _pass(limit)
 
 
+def _behind(how: str, *, more: bool) -> None:
+    """How far behind legacy's clock this pass ended: 0 when it read everything there was, else the time since the
+    commit of the newest change it judged (the console and /metrics show it beside legacy's lease)."""
+    name = {
+        "pgoutput": settings.LEGACY_OBSERVE_SLOT,
+        "binlog": binlog.position_name(),
+        "poll": poll.position_name(),
+    }[how]
+    position = ObserverPosition.objects.filter(name=name).first()
+    if position is None:
+        return
+    behind = 0.0
+    if more and position.last_commit_at is not None:
+        behind = max(0.0, (clock.now() - position.last_commit_at).total_seconds())
+    ObserverPosition.objects.filter(pk=position.pk).update(behind_seconds=behind)
+
+
 def _pass(limit: int) -> dict[str, Any]:
     counts: dict[str, int]
     how = method()
@@ -45,4 +64,5 @@ def _pass(limit: int) -> dict[str, Any]:
     else:
         counts = (binlog if how == "binlog" else observe).observe_once(limit=limit)
         read = counts.pop("transactions")
+    _behind(how, more=bool(counts.pop("more", 0)))
     return {"read": read, **counts}

@@ -85,6 +85,7 @@ def poll_once(*, limit: int = 1000) -> dict[str, int]:
     rows = store.changed_since(  # type: ignore[attr-defined]
         after, position.key, limit=limit, margin_seconds=settings.LEGACY_POLL_MARGIN_SECONDS
     )
+    counts["more"] = int(len(rows) >= limit)
     for row, changed in rows:
         counts["rows"] += 1
         moved = {"lsn": _text(changed), "key": row.task_id}

@@ -270,7 +270,9 @@ def advance(
 
 
 def _enqueue_import(import_id: int) -> None:
-    from claims.services.dispatching import enqueue  # the job by its name: jobs call services, not the reverse
+    from claims.services.dispatching import (
+        enqueue,  # the job by its name: jobs call services, not the reverse
+    )
 
     enqueue("rollout.import_legacy_rows", import_id)
 
@@ -417,7 +419,7 @@ def advance_rollback(
     forced = force and not snapshot.is_clean
     if running.from_stage in LEGACY_WRITTEN_BY_V1:
         # back towards legacy: its table first made to match claim.v1 (a failure leaves the rollback open)
-        write_through.write_back(namespace=running.namespace)
+        write_through.write_back(namespace=running.namespace, rollback_id=running.pk)
     with transaction.atomic(durable=True):
         at = state.lock(name=running.namespace)
         hold = at.hold

@@ -34,7 +34,7 @@ from claims import clock, interleave
 from claims.models import Namespace, Task, TaskState
 
 from ..legacy import LegacyAsk, LegacyVerdict, decide, legacy_store, outside_unit
-from ..models import LegacyWrite
+from ..models import LegacyClaim, LegacyWrite, WriteBackDifference
 
 log = logging.getLogger(__name__)
 
@@ -136,13 +136,16 @@ def _apply_batch(*, task_ids: list[str] | None, up_to: int | None, namespace: st
     return out
 
 
-def write_back(*, namespace: str) -> int:
+def write_back(*, namespace: str, rollback_id: Any = None) -> int:
     """Before a rollback hands the namespace back to legacy (its stage still claim.v1's, claims fenced and paused,
-    so claim.v1's records hold still): the legacy table made to match claim.v1 — what V1_ONLY never wrote there,
-    and what V1_WRITES could not. Pending write-throughs first, in order; then every task: committed → the row
-    completed with claim.v1's canonical result; held by a live, unfenced attempt → its owner and expiry; else no
-    owner. Batches of the store's own transactions (committed at once: ours has nothing to add). A failure
-    raises: the rollback does not finish, and its job tries again. Returns the rows written."""
+    so claim.v1's records hold still): the legacy table made to match claim.v1 in every mapped column — what V1_ONLY
+    never wrote there, what V1_WRITES could not, and what old binaries wrote directly. Pending write-throughs first,
+    in order; then every task: committed → the row completed with claim.v1's canonical result; otherwise its owner
+    and expiry as claim.v1 has them (a live, unfenced attempt's, else none) and no completion. claim.v1 wins — it
+    decided in those stages — but a row whose completion disagreed is recorded first (``WriteBackDifference``,
+    listed on the console), never silently erased. Batches of the store's own transactions (committed at once:
+    ours has nothing to add). A failure raises: the rollback does not finish, and its job tries again. Returns the
+    rows written."""
     pending = apply_pending(namespace=namespace)
     if pending.failed:
         raise WriteThroughFailed(
@@ -151,16 +154,46 @@ def write_back(*, namespace: str) -> int:
     ns = Namespace.objects.get(name=namespace)
     now = clock.now()
     written = 0
+    store = legacy_store()
     tasks = Task.objects.filter(namespace=ns).order_by("task_id")
     for start in range(0, tasks.count(), _BATCH):
-        asks = [_as_claim_v1_has_it(task, ns, now) for task in tasks[start : start + _BATCH]]
+        batch = list(tasks[start : start + _BATCH])
+        asks = [_as_claim_v1_has_it(task, ns, now) for task in batch]
+        rows = store.get_many(task_ids=[task.task_id for task in batch])  # type: ignore[attr-defined]
+        differences = [
+            difference
+            for task in batch
+            if (difference := _difference(task, rows.get(task.task_id), namespace, rollback_id, now))
+            is not None
+        ]
         with transaction.atomic(durable=True):  # recorded as write-throughs: an observer knows them for ours
+            WriteBackDifference.objects.bulk_create(differences)
             record(asks, namespace=namespace, at=now, apply_after_commit=False)
         done = apply_pending(namespace=namespace)
         if done.failed:
             raise WriteThroughFailed(f"the write-back stopped: {'; '.join(done.errors)}")
         written += len(asks)
     return written
+
+
+def _difference(
+    task: Task, row: LegacyClaim | None, namespace: str, rollback_id: Any, now: datetime
+) -> WriteBackDifference | None:
+    """A row whose completion claim.v1 does not share (completed there, not committed here; or another result)."""
+    if row is None or not row.completed_by:
+        return None
+    committed = task.state == TaskState.COMMITTED
+    if committed and row.result_digest == (task.result_digest or ""):
+        return None
+    return WriteBackDifference(
+        namespace=namespace,
+        rollback_id=rollback_id,
+        task_id=task.task_id,
+        table={"owner_id": row.owner_id, "completed_by": row.completed_by, "result": row.result},
+        claim_v1={"state": task.state, "owner_id": task.owner_id or "", "result": task.result},
+        written="REPLACED" if committed else "CLEARED",
+        at=now,
+    )
 
 
 class WriteThroughFailed(DatabaseError):
@@ -188,9 +221,9 @@ def _as_claim_v1_has_it(task: Task, ns: Namespace, now: datetime) -> LegacyAsk:
     )
     if live:
         return LegacyAsk(
-            "record", {**fields, "owner_id": task.owner_id or "", "expires_at": task.lease_expires_at}
+            "restore", {**fields, "owner_id": task.owner_id or "", "expires_at": task.lease_expires_at}
         )
-    return LegacyAsk("record", {**fields, "owner_id": "", "expires_at": None})
+    return LegacyAsk("restore", {**fields, "owner_id": "", "expires_at": None})
 
 
 def _waves(rows: list[LegacyWrite]) -> list[list[LegacyWrite]]:

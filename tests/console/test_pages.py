@@ -242,3 +242,49 @@ def test_the_effects_backlog_filters_by_namespace_and_keeps_the_filter_after_a_r
     assert [e.effect_id for e in page.context["unknown"]] == [keys["other"]]
     assert done.status_code == 302 and done["Location"] == "/effects/?ns=other"
     assert Effect.objects.get(pk=keys["default"]).state == "UNKNOWN"
+
+
+def test_the_rollout_page_shows_the_import_the_observer_behind_a_lease_and_what_a_rollback_wrote_over(
+    viewer, default_namespace
+):
+    """Issue 34: the table's import with its progress, an observer whose passes end behind legacy by more than a
+    lease, and the completions a rollback's write-back overwrote — each on the namespace's page."""
+    import uuid
+
+    from claims import clock
+    from rollout.models import LegacyImport, ObserverPosition, Rollback, WriteBackDifference
+
+    now = clock.now()
+    LegacyImport.objects.create(
+        namespace="default", principal="p", total=200, read=50, created=50, started_at=now, updated_at=now
+    )
+    ObserverPosition.objects.create(
+        name="binlog:jobs", judged=7, behind_seconds=12.5, lease_seconds=1.0, updated_at=now
+    )
+    rollback = Rollback.objects.create(
+        rollback_id=uuid.uuid4(),
+        namespace="default",
+        from_stage="V1_WRITES",
+        to_stage="SHADOW",
+        step="DONE",
+        reason="r",
+        principal="p",
+        scheduler_epoch=2,
+        started_at=now,
+        finished_at=now,
+    )
+    WriteBackDifference.objects.create(
+        namespace="default",
+        rollback_id=rollback.pk,
+        task_id="t-old",
+        table={"completed_by": "old-1", "result": 1},
+        claim_v1={"state": "READY", "owner_id": "", "result": None},
+        written="CLEARED",
+        at=now,
+    )
+
+    page = viewer.get("/ns/default/").content.decode()
+
+    assert "Import RUNNING: 50 of 200 rows read (25 %)" in page
+    assert "ended 12.5 s behind legacy" in page and "behind by more than a lease" in page
+    assert "t-old" in page and "completed by old-1" in page and "CLEARED" in page

@@ -79,3 +79,47 @@ def test_a_rollback_from_v1_only_leaves_their_table_matching_claim_v1(table_stor
     assert row(their, unwritten)[2:4] == ({"r": "v1 only"}, "worker-a")  # written back
     assert row(their, fenced)[:2] in {("", None), (None, None)}  # fenced by the rollback: no owner
     assert Task.objects.get(pk=fenced).state == "CLAIMED"  # (claim.v1 still shows the fenced attempt)
+
+
+def test_a_rollback_out_of_v1_writes_restores_every_mapped_column_and_lists_what_it_overwrote(
+    their, operator, worker_a
+):
+    """Old binaries completed rows directly in V1_WRITES (flagged, reviewed): the rollback writes claim.v1's state
+    over every column — owner, expiry, result, completion — so legacy's workers find the rows claim.v1 never
+    committed; each overwritten completion is recorded first. Seen failing before: the completion columns stayed."""
+    from rollout.models import WriteBackDifference
+    from tests.support.legacy_db import their_table_configured
+
+    their.sql("ALTER TABLE jobs ADD COLUMN row_version integer NOT NULL DEFAULT 0")
+    with their_table_configured(their.alias, version="row_version"):
+        oncall = make_actor("oscar-oncall", "oncall")
+        assert operator.post("/namespaces", {"name": NS, "stage": "V1_WRITES"}).status_code == 201
+        committed, direct, overwritten, free = (task_in_both(operator, their) for _ in range(4))
+        for job, result in ((committed, {"r": "v1"}), (overwritten, {"r": "v1 too"})):
+            claim = worker_a.claim(job).json()
+            assert worker_a.commit(claim, result, inline=True).status_code == 200
+        # old binaries, straight to the table: a completion claim.v1 never made, and one over claim.v1's result
+        for job, by in ((direct, "old-1"), (overwritten, "old-2")):
+            their.sql(
+                "UPDATE jobs SET output = %s, finished_by = %s, locked_by = %s WHERE job_id = %s",
+                ['{"r": "old"}', by, by, job],
+            )
+        versions = dict(their.sql("SELECT job_id, row_version FROM jobs"))
+
+        rolled = oncall.post(
+            f"/namespaces/{NS}/rollout/rollback", {"to_stage": "SHADOW", "reason": "drill", "force": True}
+        )
+
+        assert rolled.status_code == 200, rolled.json()
+        for job in (committed, direct, overwritten, free):  # every mapped column as claim.v1 has it
+            task = Task.objects.get(pk=job)
+            owner, until, output, finished_by, _ = row(their, job)
+            if task.state == "COMMITTED":
+                assert (output, finished_by) == (task.result, task.owner_id), job
+            else:
+                assert (owner, until, output, finished_by) == (None, None, None, None), job
+        assert Task.objects.get(pk=direct).state == "READY"
+        after = dict(their.sql("SELECT job_id, row_version FROM jobs"))
+        assert all(after[job] > versions[job] for job in (committed, direct, overwritten, free))
+        listed = {d.task_id: (d.written, d.table["completed_by"]) for d in WriteBackDifference.objects.all()}
+        assert listed == {direct: ("CLEARED", "old-1"), overwritten: ("REPLACED", "old-2")}

@@ -82,6 +82,7 @@ def test_the_observer_judges_their_writes_and_catches_the_stale_overwrite(their,
         "judged": 4,
         "unknown": 0,
         "direct": 0,
+        "more": 0,
     }  # (their INSERT came before the slot)
     events = list(LegacyEvent.objects.filter(task_id=job).order_by("id").values_list("operation", "owner_id"))
     assert events == [("claim", "w1"), ("claim", "w2"), ("complete", "w1"), ("complete", "w2")]
@@ -95,6 +96,7 @@ def test_the_observer_judges_their_writes_and_catches_the_stale_overwrite(their,
         "judged": 0,
         "unknown": 0,
         "direct": 0,
+        "more": 0,
     }  # the slot moved on
 
 
