@@ -101,7 +101,7 @@ def _fence_requested(request: HttpRequest, ns: str, reason: str) -> HttpResponse
     except ClaimError as exc:
         report(request, exc)
         return redirect(home_of(ns))
-    fenced = f"Fenced: epoch {done.scheduler_epoch}, new claims refused, every earlier claim ended."
+    fenced = f"Fenced: epoch {done.scheduler_epoch}, new claims refused, every claim.v1 claim granted before it ended."
     try:
         fence_epoch.delay(ns, reason, done.principal, str(done.fence_id))
         messages.success(request, f"{fenced} Its self-check runs as a job; the verdict appears under Fences.")

@@ -16,7 +16,7 @@ from oncall.selectors import Lease, age_seconds, live_tasks
 
 from . import selectors
 from .legacy import legacy_store
-from .models import Mismatch, MismatchStatus, WorkerRegistration
+from .models import Mismatch, MismatchStatus, ObserverPosition, Stage, WorkerRegistration
 
 
 @extensions.namespace_facts
@@ -30,6 +30,7 @@ def rollout_facts(namespace: Namespace, now: datetime) -> dict[str, Any]:
     stage = selectors.stage_of(namespace)
     gate = selectors.last_gate(namespace, stage)
     return {
+        "legacy_note": _legacy_note(namespace, stage, now),
         "stage": stage,
         "next_stage": selectors.next_stage(stage),
         # The gate out of the current stage as last recorded (only since the stage began), with its age.
@@ -43,6 +44,24 @@ def rollout_facts(namespace: Namespace, now: datetime) -> dict[str, Any]:
             namespace=namespace.name, status__in=[MismatchStatus.OPEN, MismatchStatus.BUG]
         ).count(),
     }
+
+
+def _legacy_note(namespace: Namespace, stage: str, now: datetime) -> str:
+    """Where legacy decides, what a fence does not reach, said plainly beside the fence: legacy knows no epochs."""
+    if stage not in (Stage.LEGACY, Stage.SHADOW, Stage.V1_READS):
+        return ""
+    held = len(legacy_leases(namespace, now, None))
+    note = (
+        f"Legacy decides in {stage} and knows no epochs: a fence ends claim.v1's leases, but legacy keeps its own "
+        f"until they expire — {held} live in it now, and the drain waits for them. Proxy mode refuses old "
+        "binaries' calls under a lease from before the fence (FENCED, EPOCH)."
+    )
+    if ObserverPosition.objects.exists():
+        note += (
+            " Observe mode cannot: old binaries that write your table directly are not refused — their leases "
+            "from before the fence run on until they expire, and their writes are judged as they come."
+        )
+    return note
 
 
 @task_note
@@ -76,13 +95,17 @@ def rollout_pages(name: str) -> list[dict[str, str]]:
 
 @extensions.extra_leases
 def legacy_leases(namespace: Namespace, now: datetime, pool: str | None) -> list[Lease]:
-    """Legacy-API claims, once: not claim.v1's own decisions written through, and not a claim that also lives in
-    claim.v1 as the same owner's live attempt (imported on entering SHADOW, or mirrored) — counted there."""
+    """Legacy's live leases, read from the legacy store (a team's own table through its adapter), once: not a claim
+    that also lives in claim.v1 as the same owner's live attempt — counted there. Where legacy decides (LEGACY,
+    SHADOW, V1_READS) every lease it holds counts, whoever it was granted to: after a fence claim.v1's attempt has
+    ended, but legacy, which knows no epochs, keeps the lease until its own expiry — the drain waits for it. From
+    V1_WRITES on, the rows claim.v1 wrote through are its own attempts: only legacy-API claims count."""
     v1_holders = set(live_tasks(namespace, now).values_list("task_id", "owner_id"))
+    legacy_decides = selectors.stage_of(namespace) in (Stage.LEGACY, Stage.SHADOW, Stage.V1_READS)
     return [
         Lease(namespace.name, row.task_id, row.owner_id, row.pool, "legacy")
         for row in legacy_store().live_claims(namespace=namespace.name, now=now, pool=pool)
-        if row.via == "legacy" and (row.task_id, row.owner_id) not in v1_holders
+        if (legacy_decides or row.via == "legacy") and (row.task_id, row.owner_id) not in v1_holders
     ]
 
 

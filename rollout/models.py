@@ -94,6 +94,10 @@ class MismatchReason(models.TextChoices):
     # observe mode, from V1_WRITES on: the legacy table changed, and not by claim.v1's write-through — an old binary
     # still writes it directly (docs/adopting.md, runbook)
     DIRECT_WRITE = "DIRECT_WRITE"
+    # where legacy decides, a fence ended a lease in claim.v1 that legacy, which knows no epochs, still keeps: a
+    # claim legacy refused (HELD) by that lease's holder, or its holder's heartbeat or release legacy accepted.
+    # Caused by the fence itself, not a bug of either store: recorded EXPLAINED at once (the gate is not held by it).
+    FENCE_UNSEEN_BY_LEGACY = "FENCE_UNSEEN_BY_LEGACY"
 
 
 class MismatchStatus(models.TextChoices):

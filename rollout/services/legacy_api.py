@@ -13,7 +13,7 @@ from typing import Any
 
 from claims import interleave
 from claims import services as core
-from claims.errors import ClaimsPaused, Forbidden, InvalidTransition
+from claims.errors import ClaimsPaused, Fenced, Forbidden, InvalidTransition
 from claims.models import Attempt, Principal
 
 from ..legacy import LegacyVerdict, legacy_unit
@@ -200,6 +200,16 @@ def _in_shadow(operation: str, ask: Ask, target: routing.Target) -> LegacyAnswer
         return None
     if v1.accepted and hook.answer is not None:
         return hook.answer
+    if operation in ("heartbeat", "complete") and (v1.word, v1.reason) == ("FENCED", "EPOCH"):
+        # A fence is a fence in every stage: this owner's lease was granted before the namespace's last epoch
+        # fence (claim.v1's attempt for it is of an older epoch), so legacy is not asked to extend it or to take
+        # its result — refused as claim.v1 refuses it, whatever legacy's own expiry says. A release is let
+        # through: it ends legacy's lease too, which is what the drain waits for.
+        raise Fenced(
+            f"this lease was granted before an epoch fence (the namespace is at epoch "
+            f"{target.namespace.scheduler_epoch}): claim the task again",
+            reason="EPOCH",
+        )
     each = LEGACY_OPERATIONS[operation]
     return routing.legacy_decides(
         each,

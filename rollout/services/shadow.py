@@ -15,7 +15,7 @@ from django.db import transaction
 
 from claims import clock
 from claims.errors import ClaimError
-from claims.models import Task, TaskState
+from claims.models import Attempt, Task, TaskState
 
 from ..legacy import LegacyVerdict, legacy_store
 from ..models import (
@@ -32,6 +32,10 @@ from .operations import V1Verdict, refused
 __all__ = ["Records", "V1Verdict", "compare", "judged", "mismatch_reason", "record_legacy"]
 
 _STALE_WORDS = {"FENCED", "CANCELLED", "STALE_INPUT"}
+FENCE_NOTE = (
+    "Explained automatically: an epoch fence ended this lease in claim.v1; legacy knows no epochs and keeps it "
+    "until its own expiry. The disagreement is the fence's, not a bug of either store."
+)
 
 
 def judged(operation: Any, *, accepted_word: str) -> V1Verdict:
@@ -113,6 +117,27 @@ def _v1_live_other_owner(task_id: str, owner_id: str) -> bool:
     )
 
 
+def _fence_unseen(operation: str, legacy: LegacyVerdict, v1: V1Verdict, task_id: str) -> bool:
+    if operation in ("heartbeat", "renew", "release"):
+        return legacy.accepted and not v1.accepted and (v1.word, v1.reason) == ("FENCED", "EPOCH")
+    if (
+        operation == "claim"
+        and not legacy.accepted
+        and legacy.word == "HELD"
+        and v1.accepted
+        and legacy.owner_id
+    ):
+        held = (
+            Attempt.objects.filter(task_id=task_id, owner_id=legacy.owner_id)
+            .order_by("-claim_generation")
+            .values_list("scheduler_epoch", flat=True)
+            .first()
+        )
+        epoch = Task.objects.filter(pk=task_id).values_list("namespace__scheduler_epoch", flat=True).first()
+        return held is not None and epoch is not None and held < epoch
+    return False
+
+
 def mismatch_reason(
     operation: str,
     legacy: LegacyVerdict,
@@ -124,7 +149,13 @@ def mismatch_reason(
     legacy_row: LegacyClaim | None = None,
 ) -> str | None:
     """The first row of rollout.md's table that matches, or None when the stores agree. ``legacy_row``: legacy's row
-    as that decision left it, where the caller has it (observe mode reads it from the change); else the row now."""
+    as that decision left it, where the caller has it (observe mode reads it from the change); else the row now.
+    Before those rows, the disagreements a fence causes by itself (``FENCE_UNSEEN_BY_LEGACY``): a claim legacy
+    refused because the holder's lease is one a fence ended in claim.v1, and a heartbeat or release under such a
+    lease that legacy accepted and claim.v1 refused for its epoch. (A complete under it stays STALE_COMMIT_ACCEPTED:
+    the stale write the fence exists to stop.)"""
+    if _fence_unseen(operation, legacy, v1, task_id):
+        return MismatchReason.FENCE_UNSEEN_BY_LEGACY
     if operation == "claim":
         if legacy.accepted and not v1.accepted and _v1_live_other_owner(task_id, owner_id):
             return MismatchReason.DOUBLE_GRANT
@@ -208,6 +239,20 @@ def compare(
         if reason is None:
             return None
         rule = ExplainRule.objects.filter(namespace=namespace, reason=reason).order_by("-id").first()
+        if reason == MismatchReason.FENCE_UNSEEN_BY_LEGACY:
+            return Mismatch.objects.create(
+                namespace=namespace,
+                task_id=task_id,
+                operation=operation,
+                api=api,
+                legacy={"verdict": legacy.word, "owner_id": legacy.owner_id or owner_id},
+                v1=v1.as_record(),
+                reason=reason,
+                status=MismatchStatus.EXPLAINED,
+                note=FENCE_NOTE,
+                reviewed_by="claim control plane",
+                at=now,
+            )
         return Mismatch.objects.create(
             namespace=namespace,
             task_id=task_id,

@@ -145,3 +145,26 @@ def test_a_row_their_application_inserts_becomes_a_task_from_the_log_in_its_mapp
     task = Task.objects.get(pk="late-1")
     assert (task.namespace.name, task.state, task.owner_id) == (NS, "CLAIMED", "w1")  # adopted, then judged
     assert not Task.objects.filter(pk="stray").exists()  # a queue the map does not name: of no namespace
+
+
+def test_a_fence_in_observe_mode_waits_for_the_old_binaries_leases_and_says_it_cannot_refuse_them(
+    their, operator, oncall
+):
+    from rollout.services.stages import drain_snapshot
+    from tests.support.console import login
+
+    assert operator.post("/namespaces", {"name": NS, "stage": "SHADOW"}).status_code == 201
+    job = task_in_both(operator, their)
+    observers.setup()
+    assert claim(their, job, "w1", ttl=200)  # an old binary, straight to the table
+    assert observers.once()["judged"] == 1
+
+    assert oncall.post(f"/namespaces/{NS}/fence", {"reason": "incident"}).status_code in (200, 201)
+
+    assert (
+        drain_snapshot(namespace=NS).active_leases == 1
+    )  # claim.v1 ended it; legacy's own runs on: not drained
+    page = login("viewer").get(f"/ns/{NS}/incident").content.decode()
+    assert "1 live in it now, and the drain waits for them" in page and "Observe mode cannot" in page
+    release(their, job, "w1")  # the old binary lets go: nothing holds the task in either store
+    assert drain_snapshot(namespace=NS).active_leases == 0
