@@ -11,6 +11,7 @@ from typing import Any
 from claims.models import Attempt, Namespace, StagedResult, Task, TaskEvent
 from claims.ui import chart
 
+from .legacy import legacy_store
 from .models import (
     DrainSnapshot,
     GateEvaluation,
@@ -106,7 +107,7 @@ def mismatch_drilldown(mismatch: Mismatch) -> dict[str, Any]:
     """What a reviewer needs on one page: both stores' winners with their results and a diff; one timeline merging
     both stores' decisions on one time axis, in seconds from the first, with the operation that disagreed marked; what
     the reason means; and the previous and next OPEN mismatch of the namespace."""
-    legacy_row = LegacyClaim.objects.filter(pk=mismatch.task_id).first()
+    legacy_row = legacy_store().get(task_id=mismatch.task_id)  # their table, where the adapter is configured
     task = Task.objects.filter(pk=mismatch.task_id).first()
     winners = _winners(mismatch, legacy_row, task)
     diff = list(

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Case, CharField, Count, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.db.models import Case, CharField, Count, F, OuterRef, Q, QuerySet, Subquery, Value, When
 
 from claims import clock
 from claims import selectors as core_selectors
@@ -23,6 +23,7 @@ from claims.models import (
 )
 from oncall.selectors import drain_counts
 
+from .legacy import legacy_store
 from .models import (
     DEFAULT_PROTOCOL,
     DEFAULT_STAGE,
@@ -201,6 +202,14 @@ def with_legacy_state(tasks: QuerySet[Task]) -> QuerySet[Any]:
     for rows of legacy-read namespaces (CASE stops at the first branch that holds): an EXISTS here was planned as a
     hash of every completed legacy row — a cost that grew with the legacy store's history on every list."""
     now = clock.now()
+    if getattr(legacy_store(), "separate_database", False):
+        # Their table is in another database: no subquery reaches it. A list filters on claim.v1's column (which
+        # mirrors legacy's decisions in shadow); each item read (``legacy_view``) answers from their table.
+        return tasks.annotate(
+            legacy_completed_by=Value(""),
+            legacy_owner=Value(None, output_field=CharField()),
+            read_state=F("state"),
+        )
     row = LegacyClaim.objects.filter(pk=OuterRef("pk"))
     legacy_reads = Q(namespace__rollout__stage__in=LEGACY_READS)
     return tasks.annotate(
@@ -296,7 +305,9 @@ def legacy_view(task: Task) -> Task:
     setattr(view, "read_from", "legacy")  # noqa: B010 - an attribute the read adds, not a field
     if task.state in (TaskState.BLOCKED, TaskState.CANCELLED):
         return view
-    row = LegacyClaim.objects.filter(pk=task.task_id).first()
+    row = legacy_store().get(
+        task_id=task.task_id
+    )  # the team's own table through its adapter, where configured
     if row is not None and row.completed_by:
         view.state, view.owner_id, view.lease_expires_at = TaskState.COMMITTED, row.completed_by, None
         view.result, view.result_digest = row.result, row.result_digest or None
