@@ -78,6 +78,28 @@ def stage_of_name(namespace: str) -> str:
     return stage or DEFAULT_STAGE
 
 
+def stage_at(namespace: str, at: datetime) -> str:
+    """The stage a namespace had at ``at`` (its stage changes are recorded with their time): what observe mode judges
+    a legacy change by — the stage when legacy committed it, not when the observer read it."""
+    change = StageChange.objects.filter(namespace=namespace, at__lte=at).order_by("-at", "-id").first()
+    if change is not None:
+        return change.to_stage
+    first = StageChange.objects.filter(namespace=namespace).order_by("at", "id").first()
+    return first.from_stage if first is not None else stage_of_name(namespace)
+
+
+def shadow_began(namespace: str, at: datetime) -> datetime | None:
+    """When the namespace last entered SHADOW from LEGACY, at or before ``at``."""
+    change = (
+        StageChange.objects.filter(
+            namespace=namespace, from_stage=Stage.LEGACY, to_stage=Stage.SHADOW, at__lte=at
+        )
+        .order_by("-at", "-id")
+        .first()
+    )
+    return change.at if change is not None else None
+
+
 ORDER: list[str] = [Stage.LEGACY, Stage.SHADOW, Stage.V1_READS, Stage.V1_WRITES, Stage.V1_ONLY]
 
 

@@ -11,6 +11,7 @@ No POST per row. A task claim.v1 already has is never touched."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -117,20 +118,24 @@ def adopt_seen(*, task_id: str, namespace: str, values: dict[str, Any] | None = 
 
 def import_legacy_claims(ns: Namespace, principal: Principal) -> dict[str, Any]:
     """Entering SHADOW: every live legacy claim becomes a claim.v1 attempt (generation + 1 each), so both stores
-    start equal. What could not be imported is counted by reason — an owner with no worker principal, or the
-    claim.v1 refusal (a fence between the advance and the import pauses claims) — and the result is audited, so
-    an import that left claims behind is never silent."""
+    start equal. An owner the control plane has never seen (an old binary writing its table, without a token) is
+    named as the observer names it (a worker principal with no token); what could not be imported is counted by
+    reason — an owner whose name is a principal of another role, or the claim.v1 refusal (a fence between the
+    advance and the import pauses claims) — and the result is audited, so an import that left claims behind is never
+    silent. The lease runs to legacy's expiry, rounded up (within claim.v1's bounds)."""
     imported, skipped = 0, {}  # type: tuple[int, dict[str, int]]
     now = clock.now()
     for row in legacy_store().live_claims(namespace=ns.name, now=now):
         assert row.expires_at is not None  # a live claim has an expiry
-        owner = Principal.objects.filter(name=row.owner_id, role=Role.WORKER).first()
-        if owner is None:
-            skipped["NO_WORKER_PRINCIPAL"] = skipped.get("NO_WORKER_PRINCIPAL", 0) + 1
+        owner = Principal.objects.filter(name=row.owner_id).first() or core.principal_ensure(
+            name=row.owner_id, role=Role.WORKER
+        )
+        if owner.role != Role.WORKER:
+            skipped["NOT_A_WORKER"] = skipped.get("NOT_A_WORKER", 0) + 1
             continue
         ttl = max(
             settings.LEASE_MIN_SECONDS,
-            min(settings.LEASE_MAX_SECONDS, int((row.expires_at - now).total_seconds())),
+            min(settings.LEASE_MAX_SECONDS, math.ceil((row.expires_at - now).total_seconds())),
         )
         try:
             with core.acting_via("legacy"):

@@ -37,7 +37,7 @@ from .. import pgoutput
 from ..legacy import LegacyVerdict, legacy_store
 from ..legacy_check import check as preflight
 from ..models import LegacyClaim, LegacyEvent, LegacyWrite, ObserverPosition, Stage
-from ..selectors import stage_of_name
+from ..selectors import shadow_began, stage_at
 from .legacy_api import last_attempt
 from .legacy_decisions import release_held
 from .operations import LEGACY, LEGACY_OPERATIONS, V1Verdict, refused
@@ -232,13 +232,16 @@ def judge(seen: Observed, position_id: int, also: Callable[[], None] | None = No
 
     Judged on legacy's clock: every reading of the clock inside is the instant legacy committed the change
     (``clock.as_of``), so the verdict does not depend on when the observer read it — a lagging, paused or restarted
-    observer judges as one that kept up. Changes are judged in legacy's commit order (the stream's)."""
+    observer judges as one that kept up. Changes are judged in legacy's commit order (the stream's), each by the
+    stage the namespace had when legacy committed it."""
     with clock.as_of(seen.committed_at):
         return _judge(seen, position_id, also)
 
 
 def _judge(seen: Observed, position_id: int, also: Callable[[], None] | None) -> str:
-    stage = stage_of_name(seen.namespace)
+    stage = stage_at(
+        seen.namespace, seen.committed_at
+    )  # the stage legacy decided in, however late it is read
     if stage in (Stage.V1_WRITES, Stage.V1_ONLY):
         return police(seen, position_id, also)
     ours = _written_through(seen)
@@ -246,6 +249,10 @@ def _judge(seen: Observed, position_id: int, also: Callable[[], None] | None) ->
         with transaction.atomic(durable=True):
             _moved(seen, position_id, also, judged=False)
         return "ours" if ours else "passed"
+    if _from_before_shadow(seen):
+        with transaction.atomic(durable=True):
+            _moved(seen, position_id, also, judged=False)
+        return "passed"
     held = _held_already(seen)
     if held is not None:
         with transaction.atomic(durable=True):
@@ -379,6 +386,29 @@ def _mirror(seen: Observed, principal: Any) -> Any:
         input_digest=task.input_digest,
         result=seen.row.result,
         result_digest=digest(seen.row.result),
+    )
+
+
+def _from_before_shadow(seen: Observed) -> bool:
+    """A heartbeat, release or complete under a lease legacy granted before the namespace entered SHADOW that
+    claim.v1 never saw: the row before it shows this owner holding an unexpired lease, claim.v1 granted this owner no
+    attempt on the task, and no claim of this owner on it was judged since SHADOW began — it was granted in LEGACY and
+    ended before the import read the table. claim.v1 cannot judge it: passed, as a LEGACY-stage change is. (A stale
+    write under an expired or taken-over lease is still judged: the row before names another owner or a past
+    expiry.)"""
+    before = seen.before
+    if seen.operation == "claim" or before is None or before.owner_id != seen.owner_id:
+        return False
+    if before.expires_at is None or before.expires_at <= seen.committed_at:
+        return False
+    if last_attempt(seen.task_id, seen.owner_id) is not None:
+        return False
+    since = shadow_began(seen.namespace, seen.committed_at)
+    return (
+        since is not None
+        and not LegacyEvent.objects.filter(
+            task_id=seen.task_id, owner_id=seen.owner_id, operation="claim", at__gte=since
+        ).exists()
     )
 
 

@@ -165,14 +165,20 @@ def test_the_adapter_increments_their_version_sets_their_updated_at_and_releases
     assert touched_at is not None
 
 
-def test_where_legacys_record_is_the_answer_a_task_read_answers_from_their_table(table_store, operator, worker_a):
+def test_where_legacys_record_is_the_answer_a_task_read_answers_from_their_table(
+    table_store, operator, worker_a
+):
     """Issue 34, point 7: in SHADOW the task read answers legacy's record — read from their table through the adapter,
     not from the emulated one (seen failing: READY while their table had it completed)."""
     their = table_store
     assert operator.post("/namespaces", {"name": NS, "stage": "SHADOW"}).status_code == 201
     done, held = task_in_both(operator, their), task_in_both(operator, their)
-    their.sql("UPDATE jobs SET output = %s, finished_by = 'their-w1' WHERE job_id = %s", ['{"by": "them"}', done])
-    their.sql(f"UPDATE jobs SET locked_by = 'their-w2', locked_until = {their.plus(60)} WHERE job_id = %s", [held])
+    their.sql(
+        "UPDATE jobs SET output = %s, finished_by = 'their-w1' WHERE job_id = %s", ['{"by": "them"}', done]
+    )
+    their.sql(
+        f"UPDATE jobs SET locked_by = 'their-w2', locked_until = {their.plus(60)} WHERE job_id = %s", [held]
+    )
 
     first, second = (operator.get(f"/tasks/{task_id}").json() for task_id in (done, held))
 
@@ -183,4 +189,6 @@ def test_where_legacys_record_is_the_answer_a_task_read_answers_from_their_table
         {"by": "them"},
     )
     assert (second["state"], second["owner_id"]) == ("CLAIMED", "their-w2")
-    assert Task.objects.get(pk=done).state == "READY"  # claim.v1's own record is unchanged: a read writes nothing
+    assert (
+        Task.objects.get(pk=done).state == "READY"
+    )  # claim.v1's own record is unchanged: a read writes nothing
