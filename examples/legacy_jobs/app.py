@@ -213,7 +213,7 @@ class TruthfulWorker(DirectWorker):
         super().__init__(*args, **kwargs)
         self.truth, self.margin = truth, margin
 
-    def _later(self, seconds: float) -> str:
+    def _later(self: Any, seconds: float) -> str:
         now = NOW[self.dialect]
         if self.dialect == "mysql":
             return f"{now} + INTERVAL {int(seconds * 1_000_000)} MICROSECOND"
@@ -277,3 +277,34 @@ def run_with_truth(
             worker.complete_checked(job, {"by": worker.name})
     finally:
         worker.close()
+
+
+class TruthfulProxyWorker(ProxyWorker):
+    """The proxied binary (proxy mode) with the ground truth: before a complete it reads, from the table, who holds
+    the claim and how much of it is left (the table is legacy's record in proxy mode; the worker never writes it). An
+    honest complete goes ahead only with ``margin`` seconds left — wide enough that the request reaches legacy's
+    decision before the expiry; the stale injector completes anyway, after its expiry."""
+
+    def __init__(self, *args: Any, truth: Truth, margin: float = 0.8, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.truth, self.margin = truth, margin
+
+    def heartbeat(self, job: str) -> bool:
+        return self._call(job, "heartbeat", {"ttl_seconds": max(1, round(self.ttl))})
+
+    def complete_checked(self, job: str, output: Any, *, stale_ok: bool = False) -> bool:
+        assert self._finder is not None
+        finder = self._finder
+        later = TruthfulWorker._later(finder, self.margin)  # type: ignore[arg-type]
+        owner, live, roomy = finder._sql(
+            f"SELECT locked_by, locked_until > {NOW[finder.dialect]}, locked_until > {later} FROM jobs "
+            "WHERE job_id = %s",
+            [job],
+        ).fetchone()
+        stale = owner != self.name or not live
+        if not stale_ok and (stale or not roomy):
+            return False
+        if not self.complete(job, output):
+            return False
+        self.truth.record(job, self.name, stale)
+        return True

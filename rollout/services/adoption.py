@@ -98,10 +98,17 @@ def adopt_seen(*, task_id: str, namespace: str, values: dict[str, Any] | None = 
     """A row of their table claim.v1 has no task for, seen now (the observer read its change, or a request named
     it): made a task of its namespace when that namespace exists (in LEGACY too: the legacy API finds its
     namespace through the task; claim.v1's API is closed there), its input from ``values`` (the row as
-    the change carried it) or read from the table. True when the task exists after."""
-    if Task.objects.filter(pk=task_id).exists():
-        return True
-    if not namespace or not Namespace.objects.filter(name=namespace).exists():
+    the change carried it) or read from the table. True when the task of that namespace exists after; False when
+    there is none, or the key is a task of another namespace (task ids are global: that row is counted unknown, never
+    judged as the other namespace's task)."""
+    if not namespace:
+        return False
+    existing = Task.objects.filter(pk=task_id).values_list("namespace__name", flat=True).first()
+    if (
+        existing is not None
+    ):  # a task of another namespace with this key is not this row's: never judged as it
+        return existing == namespace
+    if not Namespace.objects.filter(name=namespace).exists():
         return False
     store = legacy_store()
     mapping = store.mapping  # type: ignore[attr-defined]

@@ -16,6 +16,7 @@ pre-flight refuses that).
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,7 +26,6 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from claims import clock
-from claims.models import Task
 
 from ..legacy import legacy_store
 from ..legacy_check import check as preflight
@@ -74,6 +74,8 @@ def _log_end() -> tuple[str, int, str]:
 
 def _reader(file: str, offset: int) -> Any:
     from pymysqlreplication import BinLogStreamReader
+
+    logging.getLogger("pymysqlreplication").setLevel(logging.WARNING)  # it logs its settings at every connect
     from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
@@ -112,7 +114,7 @@ def _reader(file: str, offset: int) -> Any:
     )
 
 
-def observe_once(*, limit: int = 1000) -> dict[str, int]:
+def observe_once(*, limit: int = 1000) -> dict[str, Any]:
     """Read the log from the position, whole transactions, until ``limit`` row changes (or the log's end); judge the
     legacy decisions among them, each with the position in its transaction. Returns counts."""
     from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
@@ -126,6 +128,7 @@ def observe_once(*, limit: int = 1000) -> dict[str, int]:
     counts = {"transactions": 0, "judged": 0, "unknown": 0, "direct": 0, "more": 0}
     index = changes = 0
     ended = False
+    oldest: datetime | None = None
     stream = _reader(file, int(offset))
     try:
         for event in stream:
@@ -146,14 +149,16 @@ def observe_once(*, limit: int = 1000) -> dict[str, int]:
                     before, after = row.get("before_values"), row.get("after_values") or row.get("values")
                     moved = {"lsn": start, "index": index, "gtid": gtid}
                     adopted = store.from_values(after)  # type: ignore[attr-defined]
-                    adopt_seen(task_id=adopted.task_id, namespace=adopted.namespace, values=after)
+                    known = adopt_seen(task_id=adopted.task_id, namespace=adopted.namespace, values=after)
                     seen = decided(
                         store.from_values(before) if before else None,  # type: ignore[attr-defined]
                         store.from_values(after),  # type: ignore[attr-defined]
                         _when(store, after, event.timestamp),
                         moved,
                     )
-                    outcome = _judge(seen, position.pk, moved)
+                    if seen is not None and (oldest is None or seen.committed_at < oldest):
+                        oldest = seen.committed_at
+                    outcome = _judge(seen, position.pk, moved, known=known)
                     if outcome in counts:
                         counts[outcome] += 1
     finally:
@@ -164,14 +169,15 @@ def observe_once(*, limit: int = 1000) -> dict[str, int]:
         )
     file, _, offset = start.rpartition(":")
     ObserverPosition.objects.filter(pk=position.pk).update(lag_bytes=_behind((file, int(offset))))
-    return counts
+    return {**counts, "oldest": oldest}
 
 
-def _judge(seen: Observed | None, position_id: int, moved: dict[str, Any]) -> str:
-    """A change that decided nothing moves nothing (read again after a crash, it decides nothing again)."""
+def _judge(seen: Observed | None, position_id: int, moved: dict[str, Any], *, known: bool) -> str:
+    """A change that decided nothing moves nothing (read again after a crash, it decides nothing again); one of a
+    row that is no task of its namespace is counted unknown."""
     if seen is None:
         return "passed"
-    if not Task.objects.filter(pk=seen.task_id).exists():
+    if not known:
         with transaction.atomic(durable=True):
             ObserverPosition.objects.filter(pk=position_id).update(
                 **moved, unknown=F("unknown") + 1, updated_at=Now()

@@ -115,7 +115,7 @@ def resnapshot(*, principal: Any, reason: str) -> ObserverPosition:
     return position
 
 
-def observe_once(*, limit: int = 1000) -> dict[str, int]:
+def observe_once(*, limit: int = 1000) -> dict[str, Any]:
     """Read up to ``limit`` changes (whole transactions) from the slot, judge the legacy decisions among them, then
     let the slot forget what was judged. Returns counts."""
     store = legacy_store()
@@ -133,12 +133,15 @@ def observe_once(*, limit: int = 1000) -> dict[str, int]:
     counts = {"transactions": 0, "judged": 0, "unknown": 0, "direct": 0, "more": int(len(rows) >= limit)}
     table = mapping.table if "." in mapping.table else f"public.{mapping.table}"
     done = None
+    oldest: datetime | None = None  # the commit of the oldest transaction this pass read: how long it waited
     for txn in pgoutput.transactions(rows):
         done = txn
         if _lsn(txn.lsn) < _lsn(position.lsn):
             continue
         skip = position.index if txn.lsn == position.lsn else 0
         counts["transactions"] += 1
+        if oldest is None or txn.committed_at < oldest:
+            oldest = txn.committed_at
         for index, change in enumerate(txn.changes, start=1):
             if index <= skip or change.table != table:
                 continue
@@ -155,7 +158,7 @@ def observe_once(*, limit: int = 1000) -> dict[str, int]:
                 counts[outcome] += 1
     if done is not None:
         _advance(legacy, slot, position.pk, done)
-    return counts
+    return {**counts, "oldest": oldest}
 
 
 def _adopted(store: Any, values: dict[str, Any]) -> bool:

@@ -38,21 +38,27 @@ def once(*, limit: int = 1000) -> dict[str, Any]:
         return _pass(limit)
 
 
-def _behind(how: str, *, more: bool) -> None:
-    """How far behind legacy's clock this pass ended: 0 when it read everything there was, else the time since the
-    commit of the newest change it judged (the console and /metrics show it beside legacy's lease)."""
+def position_name(how: str | None = None) -> str:
+    """The ObserverPosition of the configured table's observer."""
+    how = how or method()
+    return {
+        "pgoutput": settings.LEGACY_OBSERVE_SLOT,
+        "binlog": binlog.position_name(),
+        "poll": poll.position_name(),
+    }[how]
+
+
+def _behind(how: str, *, oldest: Any) -> None:
+    """How far behind legacy the observer was: at the end of this pass, how long the oldest change it judged had
+    waited since legacy committed it (0 when the pass found nothing). After a pause, a kill or under a load it cannot
+    keep up with, it grows; the console and /metrics show it beside legacy's lease."""
     name = {
         "pgoutput": settings.LEGACY_OBSERVE_SLOT,
         "binlog": binlog.position_name(),
         "poll": poll.position_name(),
     }[how]
-    position = ObserverPosition.objects.filter(name=name).first()
-    if position is None:
-        return
-    behind = 0.0
-    if more and position.last_commit_at is not None:
-        behind = max(0.0, (clock.now() - position.last_commit_at).total_seconds())
-    ObserverPosition.objects.filter(pk=position.pk).update(behind_seconds=behind)
+    behind = max(0.0, (clock.now() - oldest).total_seconds()) if oldest is not None else 0.0
+    ObserverPosition.objects.filter(name=name).update(behind_seconds=behind)
 
 
 def _pass(limit: int) -> dict[str, Any]:
@@ -64,5 +70,6 @@ def _pass(limit: int) -> dict[str, Any]:
     else:
         counts = (binlog if how == "binlog" else observe).observe_once(limit=limit)
         read = counts.pop("transactions")
-    _behind(how, more=bool(counts.pop("more", 0)))
+    _behind(how, oldest=counts.pop("oldest", None))
+    counts.pop("more", None)
     return {"read": read, **counts}

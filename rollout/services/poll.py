@@ -76,7 +76,7 @@ def _copy_all(position: ObserverPosition) -> None:
         )
 
 
-def poll_once(*, limit: int = 1000) -> dict[str, int]:
+def poll_once(*, limit: int = 1000) -> dict[str, Any]:
     """One pass: the rows past the position, oldest first, each judged (or only copied, when it decided nothing)."""
     store = legacy_store()
     position = ObserverPosition.objects.get(name=position_name())
@@ -86,12 +86,14 @@ def poll_once(*, limit: int = 1000) -> dict[str, int]:
         after, position.key, limit=limit, margin_seconds=settings.LEGACY_POLL_MARGIN_SECONDS
     )
     counts["more"] = int(len(rows) >= limit)
+    oldest: datetime | None = None
     for row, changed in rows:
         counts["rows"] += 1
         moved = {"lsn": _text(changed), "key": row.task_id}
         copy = ObservedRow.objects.filter(pk=row.task_id).first()
         before = _claim(row, copy.state) if copy is not None else None
         at = _aware(changed) if isinstance(changed, datetime) else clock.now()
+        oldest = at if oldest is None or at < oldest else oldest
         seen = decided(before, row, at, moved)
 
         def keep(row: LegacyClaim = row) -> None:
@@ -115,7 +117,7 @@ def poll_once(*, limit: int = 1000) -> dict[str, int]:
                 **moved, unknown=F("unknown") + unknown, updated_at=clock.now()
             )
         counts["unknown"] += unknown
-    return counts
+    return {**counts, "oldest": oldest}
 
 
 def _claim_first(

@@ -168,3 +168,21 @@ def test_a_fence_in_observe_mode_waits_for_the_old_binaries_leases_and_says_it_c
     assert "1 live in it now, and the drain waits for them" in page and "Observe mode cannot" in page
     release(their, job, "w1")  # the old binary lets go: nothing holds the task in either store
     assert drain_snapshot(namespace=NS).active_leases == 0
+
+
+def test_a_key_that_is_a_task_of_another_namespace_is_never_judged_as_that_task(their, operator):
+    """Task ids are global: a row of this namespace whose key another namespace's task already has is counted
+    unknown — never judged against (and never changing) the other namespace's task."""
+    assert operator.post("/namespaces", {"name": NS, "stage": "SHADOW"}).status_code == 201
+    assert operator.post("/namespaces", {"name": "elsewhere", "stage": "SHADOW"}).status_code == 201
+    taken = operator.create(namespace="elsewhere", task_id="shared-key").json()["task_id"]
+    their.sql("INSERT INTO jobs (job_id, queue, payload) VALUES (%s, %s, 'p')", [taken, NS])
+    observers.setup()
+    assert claim(their, taken, "w1", ttl=30)
+
+    counts = observers.once()
+
+    assert (counts["judged"], counts["unknown"]) == (0, 1), counts
+    task = Task.objects.get(pk=taken)
+    assert (task.namespace.name, task.state) == ("elsewhere", "READY")
+    assert not LegacyEvent.objects.exists()

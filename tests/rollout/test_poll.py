@@ -76,7 +76,13 @@ def test_a_pass_after_each_write_catches_the_stale_overwrite(their, operator):
     assert poll.poll_once()["judged"] == 1
     complete(their, job, "w2", {"by": "w2"})
     assert poll.poll_once()["judged"] == 1
-    assert poll.poll_once() == {"rows": 0, "judged": 0, "unknown": 0, "direct": 0, "more": 0}
+    assert {k: v for k, v in poll.poll_once().items() if k != "oldest"} == {
+        "rows": 0,
+        "judged": 0,
+        "unknown": 0,
+        "direct": 0,
+        "more": 0,
+    }
 
     events = list(LegacyEvent.objects.filter(task_id=job).order_by("id").values_list("operation", "owner_id"))
     assert events == [("claim", "w1"), ("claim", "w2"), ("complete", "w1"), ("complete", "w2")]
