@@ -163,9 +163,10 @@ def connect(alias: str):
 
 
 def forget_observer(db: Their) -> None:
-    """No observer's leftovers in their database: the slot and the publication (PostgreSQL)."""
+    """No observer's leftovers in their database: the configured slot and publication (PostgreSQL)."""
     if db.mysql:
         return
-    if db.sql("SELECT 1 FROM pg_replication_slots WHERE slot_name = 'claim_control_plane'"):
-        db.sql("SELECT pg_drop_replication_slot('claim_control_plane')")
-    db.sql("DROP PUBLICATION IF EXISTS claim_control_plane")
+    slot, publication = settings.LEGACY_OBSERVE_SLOT, settings.LEGACY_OBSERVE_PUBLICATION
+    if db.sql("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", [slot]):
+        db.sql("SELECT pg_drop_replication_slot(%s)", [slot])
+    db.sql(f"DROP PUBLICATION IF EXISTS {publication}")
