@@ -23,16 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-MAPPING = {
-    "table": "bench_jobs",
-    "key": "job_id",
-    "owner": "locked_by",
-    "expires": "locked_until",
-    "result": "output",
-    "completed": "finished_by",
-    "namespace_column": "queue",
-    "input": "payload",
-}
+from examples.legacy_jobs.app import MAPPING as EXAMPLE  # noqa: E402 - after the checkout is on the path
+
+MAPPING = {**EXAMPLE, "table": "bench_jobs", "input": "payload"}
 os.environ["ROLLOUT_LEGACY_STORE"] = "rollout.legacy_table.TableLegacyStore"
 NAMESPACE = f"bench-import-{datetime.now(UTC):%Y%m%d%H%M%S}"  # the timeline is append-only: a new one per run
 os.environ["ROLLOUT_LEGACY_TABLE"] = json.dumps({**MAPPING, "namespace_map": {"billing": NAMESPACE}})

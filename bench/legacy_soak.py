@@ -39,16 +39,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-MAPPING = {
-    "table": "jobs",
-    "key": "job_id",
-    "owner": "locked_by",
-    "expires": "locked_until",
-    "result": "output",
-    "completed": "finished_by",
-    "namespace_column": "queue",
-    "input": "payload",
-}
+from examples.legacy_jobs.app import MAPPING as EXAMPLE  # noqa: E402 - after the checkout is on the path
+
+MAPPING = {**EXAMPLE, "input": "payload"}
 
 
 def configure(namespace: str, legacy_url: str | None = None) -> dict[str, str]:

@@ -61,7 +61,8 @@ def main() -> None:
     for start in range(0, len(keys), 500):
         chunk = keys[start : start + 500]
         their.sql(
-            "INSERT INTO jobs (job_id, queue, payload) VALUES " + ", ".join(["(%s, 'soak', '{}')"] * len(chunk)),
+            "INSERT INTO jobs (job_id, queue, payload) VALUES "
+            + ", ".join(["(%s, 'soak', '{}')"] * len(chunk)),
             chunk,
         )
     oncall = core.principal_ensure(name="tput-oncall", role="oncall")
@@ -77,7 +78,9 @@ def main() -> None:
         for i in range(args.workers)
     ]
     threads = [
-        threading.Thread(target=run_with_truth, args=(w, "soak", stop), kwargs={"stale_every": 5, "work": 0.15})
+        threading.Thread(
+            target=run_with_truth, args=(w, "soak", stop), kwargs={"stale_every": 5, "work": 0.15}
+        )
         for w in workers
     ]
     for thread in threads:
@@ -106,7 +109,12 @@ def main() -> None:
         "cpu_ms_per_change": round(1000 * cpu / max(judged, 1), 2),
     }
     print(json.dumps(result, indent=2))
-    out = ROOT / "bench" / "results" / f"observer-throughput-{result['method']}-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    out = (
+        ROOT
+        / "bench"
+        / "results"
+        / f"observer-throughput-{result['method']}-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    )
     out.write_text(json.dumps(result, indent=2) + "\n")
     os._exit(0)
 

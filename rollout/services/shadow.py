@@ -239,20 +239,15 @@ def compare(
         if reason is None:
             return None
         rule = ExplainRule.objects.filter(namespace=namespace, reason=reason).order_by("-id").first()
-        if reason == MismatchReason.FENCE_UNSEEN_BY_LEGACY:
-            return Mismatch.objects.create(
-                namespace=namespace,
-                task_id=task_id,
-                operation=operation,
-                api=api,
-                legacy={"verdict": legacy.word, "owner_id": legacy.owner_id or owner_id},
-                v1=v1.as_record(),
-                reason=reason,
-                status=MismatchStatus.EXPLAINED,
-                note=FENCE_NOTE,
-                reviewed_by="claim control plane",
-                at=now,
-            )
+        review: dict[str, Any] = {"status": MismatchStatus.OPEN}
+        if reason == MismatchReason.FENCE_UNSEEN_BY_LEGACY:  # the fence's own: explained as it is recorded
+            review = {
+                "status": MismatchStatus.EXPLAINED,
+                "note": FENCE_NOTE,
+                "reviewed_by": "claim control plane",
+            }
+        elif rule is not None:
+            review = {"status": MismatchStatus.EXPLAINED, "note": rule.note, "explained_by_rule": rule}
         return Mismatch.objects.create(
             namespace=namespace,
             task_id=task_id,
@@ -261,8 +256,6 @@ def compare(
             legacy={"verdict": legacy.word, "owner_id": legacy.owner_id or owner_id},
             v1=v1.as_record(),
             reason=reason,
-            status=MismatchStatus.EXPLAINED if rule else MismatchStatus.OPEN,
-            note=rule.note if rule else "",
-            explained_by_rule=rule,
             at=now,
+            **review,
         )

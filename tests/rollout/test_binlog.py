@@ -7,7 +7,6 @@ change twice and skipping none, across a rotation of the log too. On a MariaDB w
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -18,7 +17,15 @@ from claims.models import Task
 from examples.legacy_jobs.app import SCHEMA
 from rollout.models import ComparedOperation, LegacyEvent, Mismatch, ObserverPosition
 from rollout.services import observers
-from tests.support.legacy_db import NS, Their, task_in_both, their_table_configured
+from tests.support.legacy_db import (
+    NS,
+    Their,
+    mysql_claim,
+    mysql_complete,
+    mysql_release,
+    task_in_both,
+    their_table_configured,
+)
 
 pytestmark = [
     pytest.mark.postgres,
@@ -40,26 +47,7 @@ def their():
     db.sql("DROP TABLE IF EXISTS jobs")
 
 
-def claim(db: Their, job: str, worker: str, ttl: float) -> bool:
-    db.sql(
-        "UPDATE jobs SET locked_by = %s, locked_until = UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND "
-        "WHERE job_id = %s AND (locked_until IS NULL OR locked_until < UTC_TIMESTAMP(6))",
-        [worker, int(ttl * 1_000_000), job],
-    )
-    return db.sql("SELECT locked_by FROM jobs WHERE job_id = %s", [job])[0][0] == worker
-
-
-def release(db: Their, job: str, worker: str) -> None:
-    db.sql(
-        "UPDATE jobs SET locked_by = NULL, locked_until = NULL WHERE job_id = %s AND locked_by = %s",
-        [job, worker],
-    )
-
-
-def complete(db: Their, job: str, worker: str, output: dict) -> None:
-    db.sql(
-        "UPDATE jobs SET output = %s, finished_by = %s WHERE job_id = %s", [json.dumps(output), worker, job]
-    )
+claim, release, complete = mysql_claim, mysql_release, mysql_complete
 
 
 def test_every_change_is_judged_in_commit_order_and_the_stale_overwrite_is_caught(their, operator):

@@ -25,7 +25,9 @@ RUNS = [
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.timeout(300),
-    pytest.mark.django_db(transaction=True, databases=["default", "legacy", "legacy_logical", "legacy_binlog"]),
+    pytest.mark.django_db(
+        transaction=True, databases=["default", "legacy", "legacy_logical", "legacy_binlog"]
+    ),
     pytest.mark.skipif(not RUNS, reason="needs a legacy database (.ci/run sets them)"),
 ]
 
@@ -42,7 +44,11 @@ def test_a_short_soak_matches_the_ground_truth_and_the_rollback_leaves_every_row
     bench = _bench()
     namespace = f"soak-{mode}-{alias.replace('_', '-')}"
     mysql = connections[alias].vendor == "mysql"
-    mapping = {**bench.MAPPING, "namespace_map": {"soak": namespace}, **({"changed": "changed_at"} if mysql else {})}
+    mapping = {
+        **bench.MAPPING,
+        "namespace_map": {"soak": namespace},
+        **({"changed": "changed_at"} if mysql else {}),
+    }
     settings.LEGACY_POLL_MARGIN_SECONDS = 0.3
     observer_env = {
         "DATABASE_URL": bench._db_url("default"),

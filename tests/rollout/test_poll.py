@@ -5,7 +5,6 @@ write; the documented limit — hand-offs between two passes are not seen — is
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -13,7 +12,15 @@ from django.db import connections
 
 from rollout.models import ComparedOperation, LegacyEvent, Mismatch, ObservedRow, ObserverPosition
 from rollout.services import poll
-from tests.support.legacy_db import NS, Their, task_in_both, their_table_configured
+from tests.support.legacy_db import (
+    NS,
+    Their,
+    mysql_claim,
+    mysql_complete,
+    mysql_release,
+    task_in_both,
+    their_table_configured,
+)
 
 pytestmark = [
     pytest.mark.postgres,
@@ -39,26 +46,7 @@ def their(settings):
     db.sql("DROP TABLE IF EXISTS jobs")
 
 
-def claim(db: Their, job: str, worker: str, ttl: float) -> bool:
-    db.sql(
-        "UPDATE jobs SET locked_by = %s, locked_until = UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND "
-        "WHERE job_id = %s AND (locked_until IS NULL OR locked_until < UTC_TIMESTAMP(6))",
-        [worker, int(ttl * 1_000_000), job],
-    )
-    return db.sql("SELECT locked_by FROM jobs WHERE job_id = %s", [job])[0][0] == worker
-
-
-def release(db: Their, job: str, worker: str) -> None:
-    db.sql(
-        "UPDATE jobs SET locked_by = NULL, locked_until = NULL WHERE job_id = %s AND locked_by = %s",
-        [job, worker],
-    )
-
-
-def complete(db: Their, job: str, worker: str, output: dict) -> None:
-    db.sql(
-        "UPDATE jobs SET output = %s, finished_by = %s WHERE job_id = %s", [json.dumps(output), worker, job]
-    )
+claim, release, complete = mysql_claim, mysql_release, mysql_complete
 
 
 def test_a_pass_after_each_write_catches_the_stale_overwrite(their, operator):

@@ -170,3 +170,28 @@ def forget_observer(db: Their) -> None:
     if db.sql("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", [slot]):
         db.sql("SELECT pg_drop_replication_slot(%s)", [slot])
     db.sql(f"DROP PUBLICATION IF EXISTS {publication}")
+
+
+# --- their workers on MySQL/MariaDB, as the example application writes its table (observe mode's tests) ----------
+
+
+def mysql_claim(db: Their, job: str, worker: str, ttl: float) -> bool:
+    db.sql(
+        "UPDATE jobs SET locked_by = %s, locked_until = UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND "
+        "WHERE job_id = %s AND (locked_until IS NULL OR locked_until < UTC_TIMESTAMP(6))",
+        [worker, int(ttl * 1_000_000), job],
+    )
+    return db.sql("SELECT locked_by FROM jobs WHERE job_id = %s", [job])[0][0] == worker
+
+
+def mysql_release(db: Their, job: str, worker: str) -> None:
+    db.sql(
+        "UPDATE jobs SET locked_by = NULL, locked_until = NULL WHERE job_id = %s AND locked_by = %s",
+        [job, worker],
+    )
+
+
+def mysql_complete(db: Their, job: str, worker: str, output: dict) -> None:
+    db.sql(
+        "UPDATE jobs SET output = %s, finished_by = %s WHERE job_id = %s", [json.dumps(output), worker, job]
+    )
