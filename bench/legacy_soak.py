@@ -285,8 +285,8 @@ def _soak(
         started = time.monotonic()
         for share, act in plan:
             while time.monotonic() - started < share * until:
-                time.sleep(0.2)
-            sample()
+                time.sleep(0.5)
+                sample()
             if act == "kill":
                 observer.kill()
                 time.sleep(2 * lease)
