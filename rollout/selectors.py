@@ -5,6 +5,7 @@ figure means the same everywhere. Nothing here writes."""
 from __future__ import annotations
 
 import copy
+import json
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -419,11 +420,15 @@ def legacy_import_of(namespace: str) -> LegacyImport | None:
 
 def write_back_differences(namespace: str, rollback_id: Any, limit: int = 200) -> list[WriteBackDifference]:
     """What a rollback's write-back overwrote in the legacy table: completions claim.v1 did not share."""
-    return list(
+    rows = list(
         WriteBackDifference.objects.filter(namespace=namespace, rollback_id=rollback_id).order_by("task_id")[
             :limit
         ]
     )
+    for row in rows:  # the results as JSON, as the API would show them
+        row.table_result = json.dumps(row.table.get("result"), sort_keys=True)  # type: ignore[attr-defined]
+        row.v1_result = json.dumps(row.claim_v1.get("result"), sort_keys=True)  # type: ignore[attr-defined]
+    return rows
 
 
 def last_snapshot(namespace: str, pool: str = "") -> DrainSnapshot | None:
