@@ -35,3 +35,18 @@ def test_mirrored_legacy_requests_are_counted_but_not_validated(anonymous, opera
 
 def test_the_validation_metric_is_exposed_before_traffic(anonymous, db):
     assert "claims_validation" in anonymous.get("/metrics").content.decode()
+
+
+def test_the_observers_lag_is_on_metrics_beside_legacys_lease(anonymous, db):
+    """Issue 34: how far behind legacy the observer's last pass ended, beside legacy's lease as last seen."""
+    from claims import clock
+    from rollout.models import ObserverPosition
+
+    ObserverPosition.objects.create(
+        name="binlog:jobs", behind_seconds=12.5, lease_seconds=1.0, updated_at=clock.now()
+    )
+
+    text = anonymous.get("/metrics").content.decode()
+
+    assert _sample(text, "rollout_observer_behind_seconds", '{slot="binlog:jobs"}') == 12.5
+    assert _sample(text, "rollout_observer_lease_seconds", '{slot="binlog:jobs"}') == 1.0
