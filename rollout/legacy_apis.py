@@ -24,7 +24,8 @@ def _errors() -> dict:
         409: OpenApiResponse(
             s.LegacyRefusedConflictOut,
             description="HELD / NOT_OWNER (with the holder and expiry), PROTOCOL_TOO_OLD from V1_WRITES on, "
-            "CLAIMS_PAUSED.",
+            "CLAIMS_PAUSED; FENCED (reason EPOCH) for a heartbeat or complete under a lease granted before an epoch "
+            "fence, where legacy decides — legacy is not asked (docs/adopting.md, 'A fence where legacy decides').",
         ),
     }
 
@@ -73,7 +74,13 @@ class LegacyClaimApi(_LegacyOperation):
         return {"owner_id": verdict.owner_id, "expires_at": verdict.expires_at}
 
 
-@_documented("legacy_heartbeat", s.LegacyClaimIn, s.LegacyHeartbeatOut)
+@_documented(
+    "legacy_heartbeat",
+    s.LegacyClaimIn,
+    s.LegacyHeartbeatOut,
+    "Legacy heartbeat: 200 {expires_at}; 409 NOT_OWNER if the row names another owner; 409 FENCED (EPOCH) under a "
+    "lease granted before an epoch fence.",
+)
 class LegacyHeartbeatApi(_LegacyOperation):
     operation, input, out = "heartbeat", s.LegacyClaimIn, s.LegacyHeartbeatOut
 
@@ -90,7 +97,8 @@ class LegacyReleaseApi(_LegacyOperation):
     "legacy_complete",
     s.LegacyCompleteIn,
     OutcomeOut,
-    "Unconditional: last write wins (that is the legacy protocol).",
+    "Unconditional: last write wins (that is the legacy protocol) — except that, where legacy decides, a complete "
+    "under a lease granted before an epoch fence is refused 409 FENCED (EPOCH): the epoch rule holds in every stage.",
 )
 class LegacyCompleteApi(_LegacyOperation):
     operation, input, out = "complete", s.LegacyCompleteIn, OutcomeOut

@@ -94,6 +94,15 @@ def run(import_id: int, *, progress: Callable[[LegacyImport], None] | None = Non
     return job
 
 
+def sighted(task_id: str) -> bool:
+    """Proxy mode: a row of the team's table claim.v1 has no task for yet (inserted after the import) becomes one the
+    first time a request names it. True when it is a task now."""
+    if not imports_rows():
+        return False
+    row = legacy_store().get(task_id=task_id)
+    return row is not None and adopt_seen(task_id=task_id, namespace=row.namespace)
+
+
 def adopt_seen(*, task_id: str, namespace: str, values: dict[str, Any] | None = None) -> bool:
     """A row of their table claim.v1 has no task for, seen now (the observer read its change, or a request named
     it): made a task of its namespace when that namespace exists (in LEGACY too: the legacy API finds its

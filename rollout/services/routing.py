@@ -44,7 +44,7 @@ from claims.models import Attempt, Namespace, Principal, StagedResult, Task
 from ..legacy import LegacyVerdict, decide, legacy_store, legacy_unit
 from ..models import Stage
 from ..selectors import rollout_state as state_of
-from . import write_through
+from . import adoption, write_through
 from .errors import LegacyRefused, StageNotOpen
 from .operations import (
     CLAIM_V1,
@@ -333,22 +333,11 @@ def namespace_of(task_id: str, principal: Principal) -> Target:
         .first()
     )
     if task is None:
-        if not _sighted(task_id):
+        if not adoption.sighted(task_id):  # proxy mode: a row of their table named for the first time
             raise NotFound("no such task")
         return namespace_of(task_id, principal)
     stage, _ = state_of(task.namespace)
     return Target(task.namespace, stage, protocol_refused=task.protocol_refused)
-
-
-def _sighted(task_id: str) -> bool:
-    """Proxy mode: a row of the team's table claim.v1 has no task for yet (inserted after the import) becomes one
-    the first time a request names it (services/adoption.py)."""
-    from .adoption import adopt_seen, imports_rows
-
-    if not imports_rows():
-        return False
-    row = legacy_store().get(task_id=task_id)
-    return row is not None and adopt_seen(task_id=task_id, namespace=row.namespace)
 
 
 def still_routed(ns: Namespace, stage: str) -> bool:

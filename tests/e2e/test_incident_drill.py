@@ -152,8 +152,14 @@ def test_the_incident_drill(page, live_server, shot, settings, db_clock):
 
         drill.phase("watch the drain")
         drain_snapshot(namespace="orders")  # the drain check, as beat runs it
+        # Legacy decides in SHADOW and knows no epochs: it still holds the old binary's 8 s lease and the one it
+        # recorded for the claim.v1 worker's 300 s claim (issue 34, point 6) — the header says so.
+        expect(page.locator("#live")).to_contain_text("live leases: 2", timeout=10_000)
+        expect(page.locator("#legacy-note")).to_contain_text("2 live in it now, and the drain waits for them")
+        db_clock.travel(9)  # the old binary's legacy lease runs out
+        drain_snapshot(namespace="orders")
         expect(page.locator("#live")).to_contain_text("live leases: 1", timeout=10_000)
-        db_clock.travel(9)  # the legacy lease runs out
+        db_clock.travel(300)  # and the one legacy kept for the fenced claim.v1 worker
         for _ in range(2):  # the drain check, as beat runs it
             drain_snapshot(namespace="orders")
         expect(page.locator("#live")).to_contain_text("live leases: 0", timeout=10_000)
