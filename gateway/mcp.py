@@ -41,12 +41,14 @@ from claims.auth import principal_for_token
 from claims.models import EffectState, Principal, Role
 
 from . import selectors
-from .downstream import Outcome, pool
+from .downstream import Outcome, Unavailable, pool
 from .models import Occurred
+from .selectors import DownstreamConfig
 from .services import (
     Call,
     Step,
     call_begin,
+    call_heard,
     call_lost,
     call_reconcile,
     call_record,
@@ -105,17 +107,23 @@ async def list_prompts(ctx: Any, params: types.PaginatedRequestParams | None) ->
     return types.ListPromptsResult(prompts=[])
 
 
-async def _annotations(call_name: str) -> dict[str, Any]:
-    """The tool's annotations, asked only of a trusted server (an untrusted server's hints change nothing)."""
-    cached = selectors.route_cached(call_name)
-    routed = await db(selectors.route, call_name) if cached is False else cached
-    if not isinstance(routed, tuple) or not routed[0].trust_annotations:
-        return {}
-    config, tool = routed
-    for found in await pool.list_tools(config):
-        if found.name == tool and found.annotations is not None:
-            return found.annotations.model_dump(by_alias=True, exclude_none=True)
-    return {}
+async def _routed(name: str) -> tuple[DownstreamConfig, str] | None:
+    cached = selectors.route_cached(name)
+    if cached is False:
+        routed: tuple[DownstreamConfig, str] | None = await db(selectors.route, name)
+        return routed
+    return cached if isinstance(cached, tuple) else None
+
+
+async def _tool(config: DownstreamConfig, tool: str) -> types.Tool | None:
+    """The server's tool of that name, from its list (asked again once when the tool is not on the list held).
+    Raises ``Unavailable`` when the server never gave a list."""
+    for fresh in (False, True):
+        listed = await pool.list_tools(config, fresh=fresh)
+        found = next((t for t in listed if t.name == tool), None)
+        if found is not None:
+            return found
+    return None
 
 
 async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -124,6 +132,21 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     meta: dict[str, Any] | None = (
         raw if isinstance(raw, dict) or raw is None else raw.model_dump(by_alias=True)
     )
+    annotations: dict[str, Any] = {}
+    routed = await _routed(params.name)
+    if routed is not None:
+        # Nothing is recorded for a tool the server does not have, or a server that cannot tell us what it has.
+        config, tool_name = routed
+        try:
+            tool = await _tool(config, tool_name)
+        except Unavailable as exc:
+            return _result(refusal("UNAVAILABLE", f"{exc}. Nothing was recorded or sent"))
+        if tool is None:
+            return _result(
+                refusal("NOT_FOUND", f"No tool {params.name!r}: {config.name} has no tool {tool_name!r}")
+            )
+        if config.trust_annotations and tool.annotations is not None:
+            annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True)
     try:
         started = await db(
             call_start,
@@ -132,7 +155,7 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
             exposed=params.name,
             arguments=params.arguments,
             meta=meta,
-            annotations=await _annotations(params.name),
+            annotations=annotations,
         )
     except (
         Exception
@@ -196,8 +219,31 @@ async def drive(call: Call, progress: Progress | None = None, first: Step | None
     return refusal("IN_FLIGHT", "The call did not settle; its effect is being decided by another call.")
 
 
+def _heartbeat(step: Step) -> Callable[[], Awaitable[None]] | None:
+    """A long call's sign of life, written to its intent at most every ``MCP_HEARD_EVERY_SECONDS``: while the server
+    reports progress, no repeat of the call records it lost."""
+    if not step.dispatch_id:
+        return None
+    last = anyio.current_time()
+
+    async def heard() -> None:
+        nonlocal last
+        if anyio.current_time() - last >= settings.MCP_HEARD_EVERY_SECONDS:
+            last = anyio.current_time()
+            await db(call_heard, step)
+
+    return heard
+
+
 async def _send(call: Call, step: Step, progress: Progress | None = None) -> dict[str, Any]:
-    outcome = await pool.call(call.downstream, call.tool, call.arguments, progress=progress)
+    outcome = await pool.call(
+        call.downstream,
+        call.tool,
+        call.arguments,
+        key=step.effect_id,
+        progress=progress,
+        heard=_heartbeat(step),
+    )
     if not call.passes_through:
         await db(
             call_record,
@@ -206,6 +252,7 @@ async def _send(call: Call, step: Step, progress: Progress | None = None) -> dic
             result=outcome.result,
             external_ref=outcome.external_ref,
             error=outcome.error,
+            sent=outcome.sent,
         )
     return _answer(outcome, step.effect_id)
 
@@ -224,14 +271,16 @@ def _answer(outcome: Outcome, effect_id: str) -> dict[str, Any]:
 
 
 async def _settled(effect_id: str, call: Call) -> bool:
-    """Wait for another call's delivery of the effect to be recorded, up to when it would count as lost."""
-    with anyio.move_on_after(lost_after_seconds(call.downstream) + 1):
-        while True:
-            _state, in_flight = await db(selectors.effect_state, effect_id)
-            if not in_flight:
-                return True
-            await anyio.sleep(WAIT_POLL_SECONDS)
-    return False
+    """Wait for another call's delivery of the effect to be recorded — for as long as its sender is heard from (a
+    long call reporting progress), and no longer than it would count as lost after it went silent."""
+    silent_limit = lost_after_seconds(call.downstream) + 1
+    while True:
+        in_flight, silent_for = await db(selectors.delivery_silence, effect_id)
+        if not in_flight:
+            return True
+        if silent_for > silent_limit:
+            return False
+        await anyio.sleep(WAIT_POLL_SECONDS)
 
 
 _REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")

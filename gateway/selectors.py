@@ -11,6 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Exists, OuterRef
 
+from claims import clock
 from claims.models import Attempt, DispatchIntent, Effect
 
 from .models import Downstream, Occurred, SlotFrom, ToolCall, ToolKind, ToolRule, Transport
@@ -197,6 +198,20 @@ def effect_state(effect_id: str) -> tuple[str, bool]:
     in_flight = DispatchIntent.objects.filter(effect_id=OuterRef("pk"), state__in=["PENDING", "SENDING"])
     row = Effect.objects.filter(pk=effect_id).values_list("state", Exists(in_flight)).first()
     return (row[0], bool(row[1])) if row else ("", False)
+
+
+def delivery_silence(effect_id: str) -> tuple[bool, float]:
+    """Whether a delivery of the effect is in flight, and how long its sender has been silent (since its last
+    progress, else since the send began)."""
+    row = (
+        DispatchIntent.objects.filter(effect_id=effect_id, state__in=["PENDING", "SENDING"])
+        .values_list("heard_at", "sending_at", "created_at")
+        .first()
+    )
+    if row is None:
+        return False, 0.0
+    since = row[0] or row[1] or row[2]
+    return True, (clock.now() - since).total_seconds()
 
 
 def tool_calls(*, namespace: str | None = None, limit: int = 200) -> list[ToolCall]:

@@ -99,7 +99,13 @@ class DispatchIntent(models.Model):
     outcome = models.CharField(max_length=16, blank=True, default="")
     last_error = models.CharField(max_length=500, blank=True, default="")
     created_at = models.DateTimeField()
+    # When the send began: recorded before the first byte leaves (an inline intent is recorded SENDING in the
+    # transaction that checked authority, before its sender connects).
     sending_at = models.DateTimeField(null=True, blank=True)
+    # The sender's last sign of life during a long call (a progress notification): silence is measured from here.
+    heard_at = models.DateTimeField(null=True, blank=True)
+    # The sender knows nothing left: no connection could be made (a definite "not sent", unlike a lost answer).
+    not_sent = models.BooleanField(default=False)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -14,7 +14,7 @@ from ._base import (
 )
 from .claiming import ClaimGrant, task_claim, task_claim_batch, task_claim_next
 from .commit_many import task_commit_many
-from .dispatch import Delivery, dispatch_apply, dispatch_deliver, dispatch_lost
+from .dispatch import Delivery, dispatch_apply, dispatch_deliver, dispatch_heard, dispatch_lost
 from .dispatching import PreparedDispatch, effect_dispatch, effect_prepare_dispatch
 from .effects import (
     Prepared,
@@ -46,6 +46,7 @@ __all__ = [
     "ResourceView",
     "dispatch_apply",
     "dispatch_deliver",
+    "dispatch_heard",
     "dispatch_lost",
     "effect_approve",
     "effect_dispatch",

@@ -65,7 +65,8 @@ def _take(dispatch_id: str) -> DispatchIntent | None:
         return intent
 
 
-def _send(intent: DispatchIntent) -> tuple[str, int | None, str]:
+def _send(intent: DispatchIntent) -> tuple[str, int | None, str, bool]:
+    """The POST: (state, status code, error, whether anything left — False only when no connection was made)."""
     headers = {
         "Content-Type": "application/json",
         "Idempotency-Key": intent.effect_id,
@@ -78,19 +79,22 @@ def _send(intent: DispatchIntent) -> tuple[str, int | None, str]:
             reply = client.post(
                 intent.target, content=canonical_json(intent.payload), headers=request_headers
             )
-    except httpx.HTTPError as exc:  # timeout, refused, reset: the target may have acted
-        return EffectState.UNKNOWN, None, f"{type(exc).__name__}: {exc}"[:500]
+    except (
+        httpx.HTTPError
+    ) as exc:  # timeout, refused, reset: UNKNOWN (claim-v1.md §6), even when nothing left
+        unsent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+        return EffectState.UNKNOWN, None, f"{type(exc).__name__}: {exc}"[:500], not unsent
     if 200 <= reply.status_code < 300:
-        return EffectState.COMMITTED, reply.status_code, ""
+        return EffectState.COMMITTED, reply.status_code, "", True
     if 400 <= reply.status_code < 500:
-        return EffectState.FAILED, reply.status_code, f"HTTP {reply.status_code}"
-    return EffectState.UNKNOWN, reply.status_code, f"HTTP {reply.status_code}"
+        return EffectState.FAILED, reply.status_code, f"HTTP {reply.status_code}", True
+    return EffectState.UNKNOWN, reply.status_code, f"HTTP {reply.status_code}", True
 
 
-def _apply(intent: DispatchIntent, state: str, status_code: int | None, error: str) -> str:
+def _apply(intent: DispatchIntent, state: str, status_code: int | None, error: str, sent: bool) -> str:
     ref = str(status_code) if status_code is not None else None
     return dispatch_apply(
-        dispatch_id=str(intent.pk), state=state, external_ref=ref, error=error, reply=status_code
+        dispatch_id=str(intent.pk), state=state, external_ref=ref, error=error, reply=status_code, sent=sent
     )
 
 
@@ -103,14 +107,17 @@ def dispatch_apply(
     reply: Any = None,
     also: Callable[[Effect, str], None] | None = None,
     silent_for_seconds: float | None = None,
+    sent: bool = True,
 ) -> str:
     """Record a delivery's reply on its effect: ``state`` (COMMITTED, FAILED or UNKNOWN) while the effect is still
-    PREPARED or UNKNOWN, SKIPPED otherwise; NOT_TAKEN when the intent is no longer SENDING (another hand recorded
-    it). ``also(effect, outcome)`` runs in the same transaction, under the same locks — the gateway keeps the tool's
-    answer beside the effect's state. With ``silent_for_seconds``, only an intent sent at least that long ago (by the
-    clock read under the locks) is taken: how a sender that went silent is recorded UNKNOWN (``dispatch_lost``).
+        PREPARED or UNKNOWN, SKIPPED otherwise; NOT_TAKEN when the intent is no longer SENDING (another hand recorded
+        it). ``also(effect, outcome)`` runs in the same transaction, under the same locks — the gateway keeps the tool's
+        answer beside the effect's state. With ``silent_for_seconds``, only an intent sent at least that long ago (by the
+        clock read under the locks) is taken: how a sender that went silent is recorded UNKNOWN (``dispatch_lost``).
+    Silence counts from the sender's last sign of life (``heard_at``, ``dispatch_heard``), else from the send's start.
+    ``sent=False``: the sender knows nothing left (no connection could be made) — kept on the intent as ``not_sent``.
 
-    Locks: the effect row, then the intent row (the order of every effect write, services/effects.py)."""
+        Locks: the effect row, then the intent row (the order of every effect write, services/effects.py)."""
     with transaction.atomic(durable=True):
         effect = Effect.objects.select_for_update().get(
             pk=DispatchIntent.objects.filter(pk=dispatch_id).values("effect_id")[:1]
@@ -120,8 +127,9 @@ def dispatch_apply(
         interleave.reach("dispatch_apply.locked")
         if current.state != DispatchState.SENDING:
             return "NOT_TAKEN"
+        last_heard = current.heard_at or current.sending_at
         if silent_for_seconds is not None and (
-            current.sending_at is None or current.sending_at > now - timedelta(seconds=silent_for_seconds)
+            last_heard is None or last_heard > now - timedelta(seconds=silent_for_seconds)
         ):
             return "NOT_TAKEN"
         intent = current
@@ -129,7 +137,8 @@ def dispatch_apply(
         outcome = state if applied else "SKIPPED"
         current.state = DispatchState.DELIVERED if applied else DispatchState.SKIPPED
         current.outcome, current.last_error, current.finished_at = outcome, error, now
-        current.save(update_fields=["state", "outcome", "last_error", "finished_at"])
+        current.not_sent = not sent
+        current.save(update_fields=["state", "outcome", "last_error", "finished_at", "not_sent"])
         if not applied:
             ledger.record(
                 effect,
@@ -172,8 +181,8 @@ def dispatch_deliver(*, dispatch_id: str) -> Delivery:
     intent = _take(dispatch_id)
     if intent is None:
         return Delivery(dispatch_id, sent=False, outcome="NOT_TAKEN")
-    state, status_code, error = _send(intent)
-    outcome = _apply(intent, state, status_code, error)
+    state, status_code, error, sent = _send(intent)
+    outcome = _apply(intent, state, status_code, error, sent)
     logger.info("dispatch %s delivered: %s (reply %s)", dispatch_id, outcome, status_code)
     return Delivery(dispatch_id, sent=True, outcome=outcome, status_code=status_code)
 
@@ -192,6 +201,18 @@ def dispatch_stuck(*, older_than_seconds: int | None = None) -> list[str]:
             inline=False,
         ).values_list("pk", flat=True)[:500]
     ]
+
+
+def dispatch_heard(*, dispatch_id: str) -> bool:
+    """A sign of life from an inline intent's sender mid-call (the target reported progress): silence is counted
+    from now, so no other call records a long call lost while it runs. One conditional write; False when the intent
+    is no longer SENDING (it was recorded — by its sender, or lost)."""
+    return (
+        DispatchIntent.objects.filter(pk=dispatch_id, state=DispatchState.SENDING).update(
+            heard_at=clock.now()
+        )
+        == 1
+    )
 
 
 def dispatch_lost(*, dispatch_id: str, silent_for_seconds: float, why: str) -> str:

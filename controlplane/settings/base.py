@@ -413,6 +413,11 @@ MCP_LOST_GRACE_SECONDS = env_int("MCP_LOST_GRACE_SECONDS", 30, minimum=1)
 # How long a process keeps the console's servers and tool rules before reading them again (a change made in the
 # process itself is seen at once).
 MCP_CONFIG_CACHE_SECONDS = env_int("MCP_CONFIG_CACHE_SECONDS", 5, minimum=0)
+# The largest answer read from a downstream server (one SSE event). The ledger keeps an answer only up to
+# CLAIMS_MAX_VALUE_BYTES; a larger one reaches its caller once and is recorded as happened, without its body.
+MCP_MAX_ANSWER_BYTES = env_int("MCP_MAX_ANSWER_BYTES", 16 * 1024 * 1024, minimum=65536)
+# How often a long call's progress is written to its intent (the sender is alive: no other call records it lost).
+MCP_HEARD_EVERY_SECONDS = env_int("MCP_HEARD_EVERY_SECONDS", 5, minimum=1)
 
 # --- the dispatch gateway (claim-v1.md §6) ------------------------------------------------------------
 # Hosts a dispatch may target (exact host names or IPs); anything else is a 400. Empty: no dispatch allowed.

@@ -38,7 +38,13 @@ from claims import clock
 from claims.digest import canonical_json, digest
 from claims.errors import ClaimError
 from claims.models import DispatchIntent, DispatchState, Effect, EffectState, Principal
-from claims.services import dispatch_apply, dispatch_lost, effect_prepare_dispatch, effect_reconcile
+from claims.services import (
+    dispatch_apply,
+    dispatch_heard,
+    dispatch_lost,
+    effect_prepare_dispatch,
+    effect_reconcile,
+)
 
 from .. import selectors
 from ..models import SlotFrom, ToolCall, ToolKind
@@ -154,6 +160,9 @@ def call_plan(
     slot = _slot(rule, exposed, arguments, _meta_value(meta, "effect_slot"))
     if isinstance(slot, dict):
         return _answer(slot)
+    presented = _presented(meta, claim)
+    if isinstance(presented, Step):
+        return presented
     return Call(
         principal=principal,
         claim=claim,
@@ -164,9 +173,29 @@ def call_plan(
         rule=rule,
         slot=slot,
         payload_digest=digest({"tool": exposed, "arguments": arguments}),
-        claim_generation=int(_meta_value(meta, "claim_generation") or claim.claim_generation),
-        scheduler_epoch=int(_meta_value(meta, "scheduler_epoch") or claim.scheduler_epoch),
+        claim_generation=presented[0],
+        scheduler_epoch=presented[1],
     )
+
+
+def _presented(meta: dict[str, Any] | None, claim: HeldClaim) -> tuple[int, int] | Step:
+    """The claim the call presents: the attempt's own, or the values the caller sent in ``_meta`` (whole numbers
+    from 0 up; 0 is a value, not an absence)."""
+    values: list[int] = []
+    for key, held in (
+        ("claim_generation", claim.claim_generation),
+        ("scheduler_epoch", claim.scheduler_epoch),
+    ):
+        given = _meta_value(meta, key)
+        if given is None:
+            values.append(held)
+        elif isinstance(given, int) and not isinstance(given, bool) and 0 <= given < 2**63:
+            values.append(given)
+        else:
+            return _answer(
+                refusal("INVALID", f"_meta {META_PREFIX}{key} must be a whole number from 0, got {given!r}.")
+            )
+    return values[0], values[1]
 
 
 def _claim_kwargs(call: Call) -> dict[str, Any]:
@@ -262,27 +291,53 @@ def call_waited(step: Step) -> Step | None:
     return _answer(replayed(recorded.result, step.effect_id), step.effect_id)
 
 
+def _kept(result: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str]:
+    """The answer as the ledger keeps it: whole, or — over ``CLAIMS_MAX_VALUE_BYTES`` — not at all (the call's caller
+    had it; a repeat is told the call happened). Returns it and a note for the effect's reference."""
+    if result is None:
+        return None, ""
+    size = len(canonical_json(result))
+    if size <= settings.CLAIMS_MAX_VALUE_BYTES:
+        return result, ""
+    return None, f" (answer of {size} bytes not kept: over CLAIMS_MAX_VALUE_BYTES)"
+
+
 def call_record(
-    *, step: Step, state: str, result: dict[str, Any] | None, external_ref: str, error: str = ""
+    *,
+    step: Step,
+    state: str,
+    result: dict[str, Any] | None,
+    external_ref: str,
+    error: str = "",
+    sent: bool = True,
 ) -> str:
     """Step 3: the downstream's answer, on the effect and beside it, in one transaction. Returns the delivery's
     outcome (COMMITTED, FAILED, UNKNOWN; SKIPPED when the effect had moved on; NOT_TAKEN when it was recorded
-    lost first)."""
+    lost first). ``sent=False``: nothing reached the server (it could not be connected to)."""
+    kept, note = _kept(result)
 
     def keep_answer(effect: Effect, outcome: str) -> None:
-        changes: dict[str, Any] = {"sends": F("sends") + 1, "answered_at": clock.now()}
+        changes: dict[str, Any] = {"answered_at": clock.now()}
+        if sent:
+            changes["sends"] = F("sends") + 1
         if outcome in (EffectState.COMMITTED, EffectState.FAILED):
-            changes.update(result=result, is_error=outcome == EffectState.FAILED)
+            changes.update(result=kept, is_error=outcome == EffectState.FAILED)
         ToolCall.objects.filter(pk=effect.pk).update(**changes)
 
     return dispatch_apply(
         dispatch_id=step.dispatch_id,
         state=state,
-        external_ref=external_ref,
+        external_ref=(external_ref + note)[:500],
         error=error,
         reply=external_ref,
         also=keep_answer,
+        sent=sent,
     )
+
+
+def call_heard(step: Step) -> bool:
+    """A long call's server reported progress: its sender is alive (``dispatch_heard``)."""
+    return dispatch_heard(dispatch_id=step.dispatch_id)
 
 
 def call_reconcile(call: Call, *, effect_id: str, observed: str, query: str) -> dict[str, Any] | None:
