@@ -79,10 +79,15 @@ async def create_record(
     sleep_before: float = 0.0,
     slow_once: str = "",
     act_after: float = 0.0,
+    late_once: str = "",
     ctx: Context | None = None,
 ) -> str:
     """Create a record (one line in the ledger). ``act_after``: it ignores a cancellation and acts that many seconds
-    later anyway (a downstream that acts after the caller's timeout)."""
+    later anyway (a downstream that acts after the caller's timeout); ``late_once``: a file whose presence makes
+    this one call do that for 3 s (the calls after it act at once)."""
+    if late_once and os.path.exists(late_once):
+        os.remove(late_once)
+        act_after = 3.0
     if slow_once and os.path.exists(slow_once):
         os.remove(slow_once)  # this call only: it stalls before acting (a cancelled call never acts)
         await anyio.sleep(4)
@@ -147,10 +152,10 @@ def count() -> int:
 
 
 @server.tool()
-async def always_fails(reason: str = "no", sleep: float = 0.0) -> str:
+async def always_fails(reason: str = "no", sleep: float = 0.0, ctx: Context | None = None) -> str:
     """Refuses after ``sleep`` seconds (its refusal is definite: it did nothing). Each call is a ledger line with tool
     ``always_fails``, so a test counts how often it was reached."""
-    _append({"tool": "always_fails", "name": "", "body": reason})
+    _append({"tool": "always_fails", "name": "", "body": reason, **_keys(ctx)})
     await anyio.sleep(sleep)
     raise ValueError(f"refused: {reason}")
 

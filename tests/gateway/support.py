@@ -110,11 +110,15 @@ def gateway_server(tmp_path) -> Iterator[Any]:
 
 
 @asynccontextmanager
-async def agent_session(url: str, token: str, attempt_id: str | None = None):
+async def agent_session(
+    url: str, token: str, attempt_id: str | None = None, *, timeout: float = 30, max_event: int = 1 << 20
+):
     """One MCP connection of an agent, as any MCP client makes it: the worker's bearer token on the HTTP client."""
     endpoint = f"{url}/mcp/attempts/{attempt_id}" if attempt_id else f"{url}/mcp"
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
-        async with streamable_http_client(endpoint, http_client=http) as streams:
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=timeout) as http:
+        async with streamable_http_client(
+            endpoint, http_client=http, max_sse_event_size=max_event
+        ) as streams:
             async with ClientSession(streams[0], streams[1]) as session:
                 await session.initialize()
                 yield session

@@ -49,7 +49,15 @@ class Downstream:
     def start(self) -> None:
         out = open(self.log, "a")  # noqa: SIM115 - the process owns it
         self.proc = subprocess.Popen(
-            [sys.executable, str(COUNTING), "--ledger", str(self.ledger), "--port", str(self.port), *self.flags],
+            [
+                sys.executable,
+                str(COUNTING),
+                "--ledger",
+                str(self.ledger),
+                "--port",
+                str(self.port),
+                *self.flags,
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -151,7 +159,9 @@ def test_a_downstream_down_for_a_while_is_unavailable_then_back_without_a_gatewa
 
 
 def _children(ledger: Path) -> list[int]:
-    found = subprocess.run(["pgrep", "-f", f"counting_server.py --ledger {ledger}"], capture_output=True, text=True)
+    found = subprocess.run(
+        ["pgrep", "-f", f"counting_server.py --ledger {ledger}"], capture_output=True, text=True
+    )
     return [int(pid) for pid in found.stdout.split()]
 
 
@@ -174,7 +184,9 @@ def test_a_stdio_child_that_died_is_started_again_before_the_next_call_is_sent(g
     assert not set(_children(gw.ledger)) & set(children)
 
 
-def test_a_downstream_that_hangs_costs_its_callers_a_timeout_not_the_gateway(gateway_server, people, tmp_path):
+def test_a_downstream_that_hangs_costs_its_callers_a_timeout_not_the_gateway(
+    gateway_server, people, tmp_path
+):
     """A stopped (SIGSTOP) server: a call sent to it is UNKNOWN after the timeout (it may act when it wakes), the
     tools stay listed, and once it runs again the gateway reaches it with no restart."""
     operator, agent = people
