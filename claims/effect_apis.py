@@ -127,7 +127,9 @@ class EffectReconcileApi(APIView):
         request=es.EffectReconcileIn,
         responses={200: s.OutcomeOut, **error_responses(400, 401, 403, 404, 409)},
         description="Only from UNKNOWN (else 409 NOT_UNKNOWN). OCCURRED → COMMITTED; NOT_OCCURRED → PREPARED, to be "
-        "executed under the same key. By the current attempt (a worker names it) or by an operator (audited).",
+        "executed under the same key. By the current attempt (a worker names it) or by an operator (audited with "
+        "its `reason`). An operator's NOT_OCCURRED without a `reason` is 400: it sends the effect again, and the "
+        "target may have acted.",
     )
     def post(self, request: AuthedRequest, effect_id: str) -> Response:
         serializer = es.EffectReconcileIn(data=request.data, context={"principal": request.user})

@@ -51,6 +51,13 @@ class EffectReconcileIn(StrictSerializer):
     claim_generation = counter(required=False, default=None)
     scheduler_epoch = counter(required=False, default=None)
     owner_id = identifier(required=False, default=None)
+    reason = StrictCharField(
+        max_length=2000,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Why: audited. An operator's NOT_OCCURRED needs one (it sends the effect again).",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         principal = self.context.get("principal")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,6 +15,8 @@ from . import clock, interleave, tallies
 from .errors import NotFound
 from .models import (
     AuditEntry,
+    DispatchIntent,
+    DispatchState,
     Effect,
     EffectState,
     EventKind,
@@ -417,3 +419,16 @@ def jobs_overview(now: datetime, *, runs: int = 10) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def effects_sent(effect_ids: Sequence[str]) -> dict[str, bool]:
+    """Per dispatched effect: True when a dispatch began that may have reached its target (an intent is recorded
+    SENDING before the first byte leaves), False when every dispatch is known not to have left (no connection).
+    Effects never dispatched here are absent."""
+    sent: dict[str, bool] = {}
+    for effect_id, state, not_sent in DispatchIntent.objects.filter(
+        effect_id__in=list(effect_ids)
+    ).values_list("effect_id", "state", "not_sent"):
+        began = state in (DispatchState.SENDING, DispatchState.DELIVERED) and not not_sent
+        sent[effect_id] = sent.get(effect_id, False) or began
+    return sent

@@ -13,6 +13,7 @@ from django.template.loader import render_to_string
 
 from .errors import ClaimError
 from .models import Principal
+from .selectors import effects_sent
 from .services.principals import principal_for_user, ui_role
 
 _RANK = {"viewer": 0, "operator": 1, "oncall": 2}
@@ -51,13 +52,18 @@ def effect_labels(function: EffectLabels) -> EffectLabels:
 
 
 def labelled(effects: Any) -> list[Any]:
-    """The effects as a list, each with ``label`` (a dict, or None) from the registered functions."""
+    """The effects as a list, each with ``label`` (a dict, or None) from the registered functions, and ``sent``: True
+    when a dispatch of it began that may have reached the target (its intent is recorded before the first byte
+    leaves), False when every dispatch is known not to have left, None when it was never dispatched here (its
+    worker called the target itself)."""
     rows = list(effects)
     labels: dict[str, dict[str, Any]] = {}
     for function in _effect_labels:
         labels.update(function([row.effect_id for row in rows]))
+    sent = effects_sent([row.effect_id for row in rows])
     for row in rows:
         row.label = labels.get(row.effect_id)
+        row.sent = sent.get(row.effect_id)
     return rows
 
 

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from . import clock, selectors, services
-from .errors import ClaimError
+from .errors import ClaimError, Invalid
 from .models import Effect, EffectState, Task, TaskState
 from .services.principals import ui_role
 from .ui import acting, labelled, report, role_required, task_notes
@@ -114,14 +114,23 @@ def effects(request: HttpRequest) -> HttpResponse:
 @require_POST
 @role_required("operator")
 def effect_reconcile(request: HttpRequest, effect_id: str) -> HttpResponse:
+    observed = request.POST.get("observed", "")
     try:
+        if observed == "NOT_OCCURRED" and request.POST.get("confirm") != "on":
+            # The console's confirmation; the reason is the service's rule, the API's too.
+            raise Invalid({"confirm": ["Tick that you checked the target and it did not happen."]})
         effect = services.effect_reconcile(
             principal=acting(request),
             effect_id=effect_id,
-            observed=request.POST.get("observed", ""),
+            observed=observed,
             external_ref=request.POST.get("external_ref") or None,
+            reason=request.POST.get("reason", ""),
         )
-        messages.success(request, f"Effect {effect_id[:12]}… reconciled: now {effect.state}.")
+        messages.success(
+            request,
+            f"Effect {effect_id[:12]}… reconciled: now {effect.state}"
+            + (" — it will be sent again under the same key." if effect.state == "PREPARED" else "."),
+        )
     except ClaimError as exc:
         report(request, exc)
     if request.POST.get("back_to_task"):  # reconciled from the task's own page: back to the effect's task

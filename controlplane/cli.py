@@ -9,6 +9,7 @@ it needs no checkout.
     claimctl migrate             apply the migrations
     claimctl issue-token --role worker --name w1        claimctl revoke-token w1
     claimctl fence NAMESPACE --reason … --as ONCALL      claimctl fence-check FENCE_ID
+    claimctl gateway list | apply FILE | set-downstream NAME | set-rule SERVER TOOL  (--as OPERATOR; docs/mcp.md)
     claimctl check               Django's system checks (``--deploy`` for production's)
     claimctl manage COMMAND …    any other management command
     claimctl --version
@@ -34,6 +35,7 @@ MANAGEMENT = {  # claimctl's name → the management command it runs
     "revoke-token": "revoke_token",
     "fence": "fence",
     "fence-check": "fence_check",
+    "gateway": "gateway",
     "check": "check",
 }
 USAGE = __doc__ or ""

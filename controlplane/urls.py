@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from claims import urls as core_urls
 from claims.metrics import metrics_view
+from gateway import urls as gateway_urls
 from oncall import urls as oncall_urls
 from rollout import urls as rollout_urls
 
@@ -23,6 +24,7 @@ handler403 = handlers.forbidden
 api_v1 = (
     core_urls.core_urlpatterns
     + oncall_urls.api_urlpatterns
+    + gateway_urls.api_urlpatterns
     + rollout_urls.worker_urlpatterns
     + rollout_urls.namespace_urlpatterns
     + rollout_urls.rollout_urlpatterns

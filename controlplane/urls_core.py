@@ -11,6 +11,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from claims import urls as core_urls
 from claims.metrics import metrics_view
+from gateway import urls as gateway_urls
 from oncall import urls as oncall_urls
 
 from . import handlers, health
@@ -26,7 +27,9 @@ urlpatterns = [
     path("logout", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
-    path("api/v1/", include(core_urls.urlpatterns + oncall_urls.api_urlpatterns)),
+    path(
+        "api/v1/", include(core_urls.urlpatterns + oncall_urls.api_urlpatterns + gateway_urls.api_urlpatterns)
+    ),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),
     path("healthz", health.healthz, name="healthz"),

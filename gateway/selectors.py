@@ -221,23 +221,46 @@ def tool_calls(*, namespace: str | None = None, limit: int = 200) -> list[ToolCa
     return list(calls[:limit])
 
 
-def _answer(call: ToolCall, state: str) -> str:
-    sends = f"sent {call.sends}×" if call.sends != 1 else "sent once"
-    if call.answered_at is None:
-        return "not sent" if call.sends == 0 else f"{sends}, no answer recorded"
+def _deliveries(effect_ids: list[str]) -> dict[str, tuple[int, bool]]:
+    """Per effect, from its dispatch intents: how many sends began that may have reached the server (an intent is
+    recorded SENDING before the first byte leaves; only a send that could not connect is known not to have), and
+    whether one is in flight now."""
+    found: dict[str, tuple[int, bool]] = {}
+    for effect_id, state, not_sent in DispatchIntent.objects.filter(effect_id__in=effect_ids).values_list(
+        "effect_id", "state", "not_sent"
+    ):
+        sent, in_flight = found.get(effect_id, (0, False))
+        began = state in ("SENDING", "DELIVERED") and not not_sent
+        found[effect_id] = (sent + began, in_flight or state == "SENDING")
+    return found
+
+
+def _answer(call: ToolCall, state: str, delivery: tuple[int, bool]) -> str:
+    """What the console says of a tool call: sent or not, from the ledger's record that a send began (the intent),
+    not from the answers recorded."""
+    sent, in_flight = delivery
+    if sent == 0:
+        return "not sent"
+    sends = "sent once" if sent == 1 else f"sent {sent}×"
+    if in_flight:
+        return f"{sends}, no answer yet (it may have acted)"
     if state == "UNKNOWN":
-        return f"{sends}, no answer (UNKNOWN)"
+        return f"{sends}, no answer (UNKNOWN: it may have acted)"
+    if call.answered_at is None or (call.result is None and state != "COMMITTED"):
+        return f"{sends}, no answer recorded"
     return f"{sends}, {'tool error' if call.is_error else 'answered'}"
 
 
 def tool_call_labels(effect_ids: list[str] | Any) -> dict[str, dict[str, Any]]:
     """What the console's effect lists show beside an effect that is a tool call (claims.ui.effect_labels)."""
-    rows = ToolCall.objects.filter(pk__in=list(effect_ids)).select_related("effect")
+    rows = list(ToolCall.objects.filter(pk__in=list(effect_ids)).select_related("effect"))
+    deliveries = _deliveries([row.effect_id for row in rows])
     return {
         row.effect_id: {
             "tool": f"{row.downstream}/{row.tool}",
             "arguments_digest": row.arguments_digest,
-            "answer": _answer(row, row.effect.state),
+            "answer": _answer(row, row.effect.state, deliveries.get(row.effect_id, (0, False))),
+            "sent": deliveries.get(row.effect_id, (0, False))[0] > 0,
         }
         for row in rows
     }
@@ -245,12 +268,65 @@ def tool_call_labels(effect_ids: list[str] | Any) -> dict[str, dict[str, Any]]:
 
 def tool_call_rows(*, namespace: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
     """The gateway page's recent tool calls: tool, arguments' digest, the effect's state and the answer."""
+    rows = tool_calls(namespace=namespace, limit=limit)
+    deliveries = _deliveries([row.effect_id for row in rows])
     return [
         {
             "call": row,
             "state": row.effect.state,
-            "answer": _answer(row, row.effect.state),
+            "answer": _answer(row, row.effect.state, deliveries.get(row.effect_id, (0, False))),
             "task_id": row.effect.task_id,
         }
-        for row in tool_calls(namespace=namespace, limit=limit)
+        for row in rows
     ]
+
+
+def configuration() -> dict[str, list[dict[str, Any]]]:
+    """Every server and rule, as the API and ``claimctl gateway list`` show them (environment values left out)."""
+    servers = [
+        {**_fields(_from_settings(entry)), "enabled": True, "source": "settings"}
+        for entry in settings.MCP_DOWNSTREAMS
+    ]
+    for row in downstream_rows():
+        servers.append(
+            {
+                "name": row.name,
+                "prefix": row.prefix,
+                "transport": row.transport,
+                "command": list(row.command),
+                "env": sorted(row.env),
+                "url": row.url,
+                "call_timeout_seconds": row.call_timeout_seconds,
+                "trust_annotations": row.trust_annotations,
+                "enabled": row.enabled,
+                "source": "api",
+            }
+        )
+    defaults = Rule().__dict__
+    found = [
+        {**{k: v for k, v in defaults.items() if k != "source"}, **entry, "source": "settings"}
+        for entry in settings.MCP_TOOL_RULES
+    ]
+    found += [
+        {
+            **{k: getattr(row, k) for k in defaults if k != "source"},
+            "downstream": row.downstream,
+            "tool": row.tool,
+            "source": "api",
+        }
+        for row in rules()
+    ]
+    return {"downstreams": servers, "rules": found}
+
+
+def _fields(config: DownstreamConfig) -> dict[str, Any]:
+    return {
+        "name": config.name,
+        "prefix": config.prefix,
+        "transport": config.transport,
+        "command": list(config.command),
+        "env": sorted(k for k, _ in config.env),
+        "url": config.url,
+        "call_timeout_seconds": config.call_timeout_seconds,
+        "trust_annotations": config.trust_annotations,
+    }

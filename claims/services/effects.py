@@ -369,13 +369,25 @@ def effect_reconcile(
     claim_generation: int | None = None,
     scheduler_epoch: int | None = None,
     owner_id: str | None = None,
+    reason: str = "",
 ) -> Effect:
     """Resolve an UNKNOWN effect from what the target says happened: OCCURRED → COMMITTED, NOT_OCCURRED →
     PREPARED (to be executed under the same key). Only from UNKNOWN (NOT_UNKNOWN otherwise). By the task's
-    current attempt (a worker, with full authority) or by an operator, audited — how the drain's UNKNOWN backlog
-    is cleared when no attempt is live."""
+    current attempt (a worker, with full authority, on its own evidence: ``external_ref``) or by an operator,
+    audited with ``reason`` — how the drain's UNKNOWN backlog is cleared when no attempt is live. An operator's
+    NOT_OCCURRED needs a reason: it makes the effect be sent again, and the target may have acted."""
     if observed not in ("OCCURRED", "NOT_OCCURRED"):
         raise Invalid({"observed": ["Must be OCCURRED or NOT_OCCURRED."]})
+    reason = (reason or "").strip()
+    if principal.role != Role.WORKER and observed == "NOT_OCCURRED" and not reason:
+        raise Invalid(
+            {
+                "reason": [
+                    "Saying it did not occur sends the effect again, and the target may have acted: give the "
+                    "reason (what you checked at the target)."
+                ]
+            }
+        )
     task_id = _task_of(effect_id)
     with _at_effect_point(
         principal,
@@ -427,7 +439,8 @@ def effect_reconcile(
                 at=ns.now,
                 namespace=ns.name,
                 target=effect_id,
-                detail={"observed": observed, "state": to},
+                reason=reason,
+                detail={"observed": observed, "state": to, "external_ref": external_ref or ""},
             )
     return effect
 

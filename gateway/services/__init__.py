@@ -14,7 +14,7 @@ from .calls import (
     call_waited,
     calls_sweep_lost,
 )
-from .registry import downstream_save, tool_rule_set
+from .registry import downstream_save, downstream_values, gateway_apply, tool_rule_set
 
 __all__ = [
     "Call",
@@ -29,5 +29,7 @@ __all__ = [
     "call_record",
     "calls_sweep_lost",
     "downstream_save",
+    "downstream_values",
+    "gateway_apply",
     "tool_rule_set",
 ]

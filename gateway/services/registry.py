@@ -4,6 +4,7 @@ change those."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.conf import settings
@@ -22,6 +23,8 @@ def _check_downstream(
     *, name: str, prefix: str, transport: str, command: list[str], url: str, timeout: float
 ) -> None:
     errors: dict[str, list[str]] = {}
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,60}", name or ""):
+        errors["name"] = ["1 to 60 letters, digits, '-' and '_'."]
     if prefix and not prefix.replace("-", "").replace("_", "").isalnum():
         errors["prefix"] = ["Letters, digits, '-' and '_' only."]
     if "__" in prefix:
@@ -57,47 +60,101 @@ def downstream_save(
     enabled: bool = True,
 ) -> Downstream:
     """Create or change a downstream server (by ``name``); audited."""
+    with transaction.atomic(durable=True):
+        return _save_downstream(
+            principal=principal,
+            name=name,
+            prefix=prefix,
+            transport=transport,
+            command=command,
+            env=env,
+            url=url,
+            call_timeout_seconds=call_timeout_seconds,
+            trust_annotations=trust_annotations,
+            enabled=enabled,
+        )
+
+
+def _save_downstream(
+    *,
+    principal: Principal,
+    name: str,
+    prefix: str,
+    transport: str,
+    command: list[str] | None,
+    env: dict[str, str] | None,
+    url: str,
+    call_timeout_seconds: float,
+    trust_annotations: bool,
+    enabled: bool,
+) -> Downstream:
     command = list(command or [])
     _check_downstream(
         name=name, prefix=prefix, transport=transport, command=command, url=url, timeout=call_timeout_seconds
     )
-    with transaction.atomic(durable=True):
-        now = clock.now()
-        if Downstream.objects.exclude(name=name).filter(prefix=prefix).exists():
-            raise Invalid({"prefix": [f"Prefix {prefix!r} is another server's."]})
-        values = {
+    now = clock.now()
+    if Downstream.objects.exclude(name=name).filter(prefix=prefix).exists():
+        raise Invalid({"prefix": [f"Prefix {prefix!r} is another server's."]})
+    values = {
+        "prefix": prefix,
+        "transport": transport,
+        "command": command,
+        "env": dict(env or {}),
+        "url": url,
+        "call_timeout_seconds": call_timeout_seconds,
+        "trust_annotations": trust_annotations,
+        "enabled": enabled,
+    }
+    row, created = Downstream.objects.update_or_create(
+        name=name,
+        defaults=values,
+        create_defaults={**values, "created_at": now, "created_by": principal.name},
+    )
+    audit(
+        principal=principal,
+        action="mcp_downstream_save",
+        at=now,
+        target=name,
+        detail={
+            "created": created,
             "prefix": prefix,
             "transport": transport,
             "command": command,
-            "env": dict(env or {}),
             "url": url,
-            "call_timeout_seconds": call_timeout_seconds,
-            "trust_annotations": trust_annotations,
             "enabled": enabled,
-        }
-        row, created = Downstream.objects.update_or_create(
-            name=name,
-            defaults=values,
-            create_defaults={**values, "created_at": now, "created_by": principal.name},
-        )
-        audit(
-            principal=principal,
-            action="mcp_downstream_save",
-            at=now,
-            target=name,
-            detail={
-                "created": created,
-                "prefix": prefix,
-                "transport": transport,
-                "command": command,
-                "url": url,
-                "enabled": enabled,
-                # the environment's values may be secrets: their names only
-                "env": sorted((env or {}).keys()),
-            },
-        )
-        transaction.on_commit(selectors.forget)
+            # the environment's values may be secrets: their names only
+            "env": sorted((env or {}).keys()),
+        },
+    )
+    transaction.on_commit(selectors.forget)
     return row
+
+
+def downstream_values(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    """A validated ``DownstreamIn`` as ``downstream_save``'s arguments (the prefix defaults to the name)."""
+    return {**data, "prefix": name if data.get("prefix") is None else data["prefix"]}
+
+
+def gateway_apply(
+    *, principal: Principal, downstreams: list[dict[str, Any]], rules: list[dict[str, Any]]
+) -> int:
+    """A whole configuration (``claimctl gateway apply``), in one transaction: every server and rule saved and
+    audited, or — on the first invalid one — nothing. Returns how many were saved."""
+    with transaction.atomic(durable=True):
+        for entry in downstreams:
+            name = entry["name"]
+            values = downstream_values(name, {k: v for k, v in entry.items() if k != "name"})
+            try:
+                _save_downstream(principal=principal, name=name, **values)
+            except Invalid as exc:
+                raise Invalid({f"downstreams.{name}.{k}": v for k, v in exc.errors.items()}) from None
+        for entry in rules:
+            try:
+                _set_rule(principal=principal, **entry)
+            except Invalid as exc:
+                where = f"rules.{entry['downstream']}/{entry['tool']}"
+                raise Invalid({f"{where}.{k}": v for k, v in exc.errors.items()}) from None
+    return len(downstreams) + len(rules)
 
 
 def tool_rule_set(
@@ -115,6 +172,36 @@ def tool_rule_set(
     occurred_text: str = "",
 ) -> ToolRule:
     """Set how the gateway treats one tool; audited."""
+    with transaction.atomic(durable=True):
+        return _set_rule(
+            principal=principal,
+            downstream=downstream,
+            tool=tool,
+            kind=kind,
+            record_reads=record_reads,
+            slot_from=slot_from,
+            slot_argument=slot_argument,
+            query_tool=query_tool,
+            query_arguments=query_arguments,
+            occurred_if=occurred_if,
+            occurred_text=occurred_text,
+        )
+
+
+def _set_rule(
+    *,
+    principal: Principal,
+    downstream: str,
+    tool: str,
+    kind: str = ToolKind.EFFECT,
+    record_reads: bool = False,
+    slot_from: str = SlotFrom.CANONICAL,
+    slot_argument: str = "",
+    query_tool: str = "",
+    query_arguments: dict[str, Any] | None = None,
+    occurred_if: str = Occurred.NOT_ERROR,
+    occurred_text: str = "",
+) -> ToolRule:
     errors: dict[str, list[str]] = {}
     if kind not in ToolKind.values:
         errors["kind"] = [f"Must be one of {', '.join(ToolKind.values)}."]
@@ -142,19 +229,18 @@ def tool_rule_set(
         "occurred_if": occurred_if,
         "occurred_text": occurred_text,
     }
-    with transaction.atomic(durable=True):
-        now = clock.now()
-        row, _ = ToolRule.objects.update_or_create(
-            downstream=downstream,
-            tool=tool,
-            defaults={**values, "updated_at": now, "updated_by": principal.name},
-        )
-        audit(
-            principal=principal,
-            action="mcp_tool_rule_set",
-            at=now,
-            target=f"{downstream}/{tool}",
-            detail=values,
-        )
-        transaction.on_commit(selectors.forget)
+    now = clock.now()
+    row, _ = ToolRule.objects.update_or_create(
+        downstream=downstream,
+        tool=tool,
+        defaults={**values, "updated_at": now, "updated_by": principal.name},
+    )
+    audit(
+        principal=principal,
+        action="mcp_tool_rule_set",
+        at=now,
+        target=f"{downstream}/{tool}",
+        detail=values,
+    )
+    transaction.on_commit(selectors.forget)
     return row

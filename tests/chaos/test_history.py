@@ -499,7 +499,12 @@ def roll_back_under_load(oncall, effect_target) -> str:
     def drained_and_rolled_back() -> bool:
         for effect in Effect.objects.filter(namespace__name="chaos", state="UNKNOWN"):
             occurred = bool(effect_target.calls.get(effect.effect_id))
-            oncall.reconcile(None, effect.effect_id, "OCCURRED" if occurred else "NOT_OCCURRED")
+            oncall.reconcile(
+                None,
+                effect.effect_id,
+                "OCCURRED" if occurred else "NOT_OCCURRED",
+                reason="the target says so",
+            )
         advance_rollback.delay()
         time.sleep(0.5)
         return not Rollback.objects.filter(namespace="chaos", finished_at__isnull=True).exists()

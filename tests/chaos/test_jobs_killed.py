@@ -117,7 +117,9 @@ def test_a_rollback_job_killed_inside_its_finishing_transaction_leaves_nothing_h
     worker.outcome(claim, key, "UNKNOWN")  # keeps the drain from being clean
     started = oncall.post("/namespaces/moving/rollout/rollback", {"to_stage": "V1_WRITES", "reason": "drill"})
     assert started.status_code == 202, started.content
-    oncall.reconcile(None, key, "NOT_OCCURRED")  # now the drain is clean: the next run finishes
+    oncall.reconcile(
+        None, key, "NOT_OCCURRED", reason="checked the target: nothing there"
+    )  # now the drain is clean: the next run finishes
     rollback = Rollback.objects.get()
     first = celery_workers.start()
 

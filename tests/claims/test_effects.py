@@ -92,11 +92,15 @@ def test_reconcile_only_from_unknown_and_by_the_current_attempt_or_an_operator(w
 
     early = worker_a.reconcile(claim_a, key, "OCCURRED")
     worker_a.outcome(claim_a, key, "UNKNOWN")
-    by_operator = operator.reconcile(None, key, "NOT_OCCURRED")
+    no_reason = [operator.reconcile(None, key, "NOT_OCCURRED", reason=r) for r in ("", "   ")]
+    by_operator = operator.reconcile(None, key, "NOT_OCCURRED", reason="the mail log has no such message")
 
     assert early.status_code == 409 and early.json()["outcome"] == "NOT_UNKNOWN"
+    # It sends the effect again: an operator says why, at the API as in the console (issue 35).
+    assert [r.status_code for r in no_reason] == [400, 400] and "reason" in no_reason[0].json()["errors"]
     assert by_operator.json() == {"outcome": "RECONCILED", "state": "PREPARED"}
-    assert AuditEntry.objects.filter(action="effect_reconcile", principal="olivia-operator").count() == 1
+    (entry,) = AuditEntry.objects.filter(action="effect_reconcile", principal="olivia-operator")
+    assert entry.reason == "the mail log has no such message"
 
 
 def test_a_worker_must_name_its_attempt_to_reconcile(worker_a, claim_a):

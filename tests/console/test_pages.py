@@ -236,7 +236,8 @@ def test_the_effects_backlog_filters_by_namespace_and_keeps_the_filter_after_a_r
 
     page = ui_operator.get("/effects/", {"ns": "other"})
     done = ui_operator.post(
-        f"/effects/{keys['other']}/reconcile", {"observed": "NOT_OCCURRED", "ns": "other"}
+        f"/effects/{keys['other']}/reconcile",
+        {"observed": "NOT_OCCURRED", "ns": "other", "reason": "no such call in its log", "confirm": "on"},
     )
 
     assert [e.effect_id for e in page.context["unknown"]] == [keys["other"]]

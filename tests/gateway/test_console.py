@@ -5,11 +5,12 @@ lists with their tool, arguments' digest and answer."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from claims.models import AuditEntry
 from gateway.models import Downstream, ToolCall, ToolRule
-from tests.console.test_pages import login
 from tests.gateway.support import unknown_tool_call
+from tests.support.console import login
 
 
 def test_operators_add_a_server_and_a_rule_and_both_are_audited(db):
@@ -106,9 +107,7 @@ def test_tool_calls_show_with_tool_digest_and_answer_and_reading_writes_nothing(
     task_page = viewer.get(f"/tasks/{claim['task_id']}")
 
     digest = plan.payload_digest
-    assert (
-        b"counting/create_record" in gateway_page.content and b"no answer (UNKNOWN)" in gateway_page.content
-    )
+    assert b"counting/create_record" in gateway_page.content and b"no answer (UNKNOWN" in gateway_page.content
     unknown = effects_page.context["unknown"]
     assert (
         unknown[0].label["tool"] == "counting/create_record"
@@ -117,3 +116,56 @@ def test_tool_calls_show_with_tool_digest_and_answer_and_reading_writes_nothing(
     assert b"tool call" in effects_page.content and b"tool call" in task_page.content
     assert (ToolCall.objects.get().answered_at, AuditEntry.objects.count()) == before
     assert json.loads(json.dumps(gateway_page.context["calls"][0]["state"])) == "UNKNOWN"
+
+
+def test_a_call_whose_gateway_died_mid_send_shows_sent_and_did_not_occur_needs_a_reason_and_a_tick(
+    db, settings
+):
+    """Issue 35: the process died after the send began (its intent SENDING, no answer): the pages said "not sent"
+    beside "It did not occur", which re-armed the effect with one click and an empty audit reason."""
+    from claims.models import DispatchIntent, Effect, Principal
+    from gateway.services import call_begin, call_lost, call_plan
+    from tests.support.actors import make_actor
+
+    settings.MCP_DOWNSTREAMS = [{"name": "counting", "prefix": "rec", "command": ["true"]}]
+    settings.MCP_LOST_GRACE_SECONDS = 0
+    operator, agent = make_actor("olivia-operator", "operator"), make_actor("agent-a", "worker")
+    claim = agent.claim(operator.create(node_id="n").json()["task_id"]).json()
+    plan = call_plan(
+        principal=Principal.objects.get(name="agent-a"),
+        attempt_id=claim["attempt_id"],
+        exposed="rec__create_record",
+        arguments={"name": "mid-send"},
+        meta=None,
+    )
+    step = call_begin(plan)  # the send began; the process dies before any answer is recorded
+    ui = login("operator")
+    in_flight = ui.get("/gateway/")
+    assert b"sent once, no answer yet" in in_flight.content and b"not sent" not in in_flight.content
+
+    # the sweep records it lost (UNKNOWN) once its sender is silent past the timeout and the grace
+    assert call_lost(step=step, downstream=replace(plan.downstream, call_timeout_seconds=0.001))
+    effect_id = Effect.objects.get().effect_id
+    page = ui.get("/effects/")
+    assert page.context["unknown"][0].sent is True and b"<strong>Sent</strong>" in page.content
+
+    refused = [
+        ui.post(
+            f"/effects/{effect_id}/reconcile", {"observed": "NOT_OCCURRED", "reason": "checked"}
+        ),  # no tick
+        ui.post(
+            f"/effects/{effect_id}/reconcile", {"observed": "NOT_OCCURRED", "reason": "  ", "confirm": "on"}
+        ),
+    ]
+    assert Effect.objects.get().state == "UNKNOWN" and not AuditEntry.objects.filter(
+        action="effect_reconcile"
+    )
+    assert all(r.status_code == 302 for r in refused)
+    done = ui.post(
+        f"/effects/{effect_id}/reconcile",
+        {"observed": "NOT_OCCURRED", "reason": "the ticket system has no such ticket", "confirm": "on"},
+    )
+    assert done.status_code == 302 and Effect.objects.get().state == "PREPARED"
+    (entry,) = AuditEntry.objects.filter(action="effect_reconcile")
+    assert (entry.principal, entry.reason) == ("ui:operator-user", "the ticket system has no such ticket")
+    assert DispatchIntent.objects.get().not_sent is False

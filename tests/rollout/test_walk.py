@@ -169,7 +169,7 @@ def test_a_namespace_walks_every_gate_then_rolls_back_with_a_fence(operator, onc
     assert started.json()["drain"]["unknown_effects"] == 1  # the progress it shows
     # The fence ended the pre-fence attempt everywhere, even with the new epoch re-sent.
     assert new.renew(after_claim, scheduler_epoch=epoch_before + 1).json()["reason"] == "EPOCH"
-    oncall.reconcile(None, key, "NOT_OCCURRED")
+    oncall.reconcile(None, key, "NOT_OCCURRED", reason="checked the target: nothing there")
     done = oncall.post(
         f"/namespaces/{NS}/rollout/rollback", {"to_stage": "V1_WRITES", "reason": "incident 7"}
     )

@@ -5,10 +5,9 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from claims.errors import ClaimError
+from claims.management.commands._common import fail, principal, show
 from claims.models import Role
 from oncall.services import fence_now
-
-from ._common import fail, principal, show
 
 
 class Command(BaseCommand):

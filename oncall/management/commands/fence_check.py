@@ -6,10 +6,9 @@ import uuid
 
 from django.core.management.base import BaseCommand, CommandError
 
+from claims.management.commands._common import show
 from oncall.models import FenceRequest
 from oncall.services import fence_check
-
-from ._common import show
 
 
 class Command(BaseCommand):

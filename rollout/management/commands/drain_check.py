@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 
 from claims.errors import ClaimError
-from oncall.management.commands._common import fail, show
+from claims.management.commands._common import fail, show
 from rollout.services.stages import drain_snapshot
 
 

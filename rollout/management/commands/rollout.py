@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from claims.errors import ClaimError
+from claims.management.commands._common import fail, principal, show
 from claims.models import Namespace
-from oncall.management.commands._common import fail, principal, show
 from rollout import selectors
 from rollout.models import Rollback
 from rollout.services import stages
