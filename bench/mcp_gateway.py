@@ -1,8 +1,9 @@
-"""The MCP gateway's cost (issue 26, docs/benchmarks.md): its added latency per tool call against calling the
-downstream server directly, and calls per second with W agents — in one run, on one machine, as ratios.
+"""The MCP gateway's cost (issues 26 and 35, docs/benchmarks.md): its added latency per tool call against calling
+the downstream server directly — direct and gateway calls interleaved one by one, ``--runs`` times for the spread —
+and calls per second with W agents, in one run, on one machine, as ratios.
 
     .venv/bin/python bench/mcp_gateway.py --database postgres://postgres@127.0.0.1:5432/controlplane_mcpbench \
-        --calls 300 --agents 1 4 16 --seconds 10
+        --calls 300 --runs 3 --agents 1 4 16 --seconds 10
 
 Parts, all real: our counting server on Streamable HTTP (stateless), the production server (gunicorn with
 ``--processes`` uvicorn workers, pooled connections) with the counting server as its downstream, PostgreSQL, and the
@@ -40,23 +41,41 @@ def _pct(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
 
 
-async def _session_calls(
-    endpoint: str, token: str | None, names: list[str], fixed: bool = False
-) -> list[float]:
+async def _interleaved(
+    direct: str, gateway: str, token: str, calls: int, tag: str
+) -> dict[str, dict[str, list[float]]]:
+    """Direct and through-the-gateway calls interleaved one by one on two open connections (the machine's load
+    falls on both alike): a read-only call (``count``), a new effect (``create_record``, a new name each time) and a
+    replay (the same effect again: answered from the ledger). Milliseconds per call."""
     from mcp.client.session import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    tool = "rec__create_record" if token else "create_record"
-    times: list[float] = []
-    async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
-        async with streamable_http_client(endpoint, http_client=http) as (read, write, *_):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                for name in names:
+    times: dict[str, dict[str, list[float]]] = {
+        kind: {"direct": [], "gateway": []} for kind in ("read", "effect", "replay")
+    }
+    async with (
+        httpx2.AsyncClient(timeout=60) as plain,
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as authed,
+        streamable_http_client(direct, http_client=plain) as (dr, dw, *_),
+        streamable_http_client(gateway, http_client=authed) as (gr, gw, *_),
+        ClientSession(dr, dw) as d,
+        ClientSession(gr, gw) as g,
+    ):
+        await d.initialize()
+        await g.initialize()
+        await g.call_tool("rec__create_record", {"name": f"{tag}-replayed"})
+        for i in range(calls):
+            for kind, tool, arguments in (
+                ("read", "count", {}),
+                ("effect", "create_record", {"name": f"{tag}-{i}"}),
+                ("replay", "create_record", {"name": f"{tag}-replayed"}),
+            ):
+                for side, session, name in (("direct", d, tool), ("gateway", g, f"rec__{tool}")):
+                    if kind == "replay" and side == "direct":
+                        continue
                     started = time.perf_counter()
-                    result = await session.call_tool(tool, {"name": "fixed" if fixed else name})
-                    times.append((time.perf_counter() - started) * 1000)
+                    result = await session.call_tool(name, arguments)
+                    times[kind][side].append((time.perf_counter() - started) * 1000)
                     assert not result.is_error, result
     return times
 
@@ -114,9 +133,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--database", required=True)
     parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--agents", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--agents", type=int, nargs="*", default=[1, 4, 16])
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3, help="interleaved latency runs, for their spread")
     args = parser.parse_args()
 
     fresh_database(args.database)
@@ -162,6 +182,7 @@ def main() -> int:
         "DATABASE_POOL": "true",
         "API_RATE_LIMIT": "",
         "MCP_DOWNSTREAMS": json.dumps([downstream]),
+        "MCP_TOOL_RULES": json.dumps([{"downstream": "counting", "tool": "count", "kind": "READ_ONLY"}]),
     }
     server = AppServer(run_dir, env, processes=args.processes).start()
     try:
@@ -169,19 +190,34 @@ def main() -> int:
         attempts = _claims(server.url, operator.token, workers)
         gateway = [f"{server.url}/mcp/attempts/{a}" for a in attempts]
         names = [f"lat-{i}" for i in range(args.calls)]
-        anyio.run(_session_calls, direct, None, ["warm"] * 20)
-        anyio.run(_session_calls, gateway[0], workers[0][1], [f"warm-{i}" for i in range(20)])
-        direct_ms = anyio.run(_session_calls, direct, None, names)
-        gateway_ms = anyio.run(_session_calls, gateway[0], workers[0][1], names)
-        replay_ms = anyio.run(lambda: _session_calls(gateway[0], workers[0][1], names[:100], fixed=True))
-        latency = {
-            label: {
-                "p50": _pct(values, 0.5),
-                "p95": _pct(values, 0.95),
-                "mean": round(statistics.mean(values), 2),
-            }
-            for label, values in (("direct", direct_ms), ("gateway", gateway_ms), ("replay", replay_ms[1:]))
-        }
+        anyio.run(_interleaved, direct, gateway[0], workers[0][1], 20, "warm")
+        runs = []
+        for run in range(args.runs):
+            measured = anyio.run(_interleaved, direct, gateway[0], workers[0][1], args.calls, f"run{run}")
+            runs.append(
+                {
+                    kind: {
+                        side: {
+                            "p50": _pct(v, 0.5),
+                            "p99": _pct(v, 0.99),
+                            "mean": round(statistics.mean(v), 2),
+                        }
+                        for side, v in sides.items()
+                        if v
+                    }
+                    | (
+                        {
+                            "added": {
+                                q: round(_pct(sides["gateway"], f) - _pct(sides["direct"], f), 2)
+                                for q, f in (("p50", 0.5), ("p99", 0.99))
+                            }
+                        }
+                        if sides["direct"]
+                        else {}
+                    )
+                    for kind, sides in measured.items()
+                }
+            )
         throughput = {}
         for w in args.agents:
             d = anyio.run(_throughput, [(direct, None)] * w, args.seconds)
@@ -195,17 +231,22 @@ def main() -> int:
         "at": datetime.now(UTC).isoformat(),
         "calls": args.calls,
         "processes": args.processes,
-        "latency_ms": latency,
-        "added_ms": {q: round(latency["gateway"][q] - latency["direct"][q], 2) for q in ("p50", "p95")},
+        "runs": runs,
         "calls_per_second": throughput,
     }
     out = ROOT / "bench/results" / f"mcp-gateway-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     out.write_text(json.dumps(result, indent=1))
-    print("| path | p50 ms | p95 ms |\n|---|---|---|")
-    for label, row in latency.items():
-        print(f"| {label} | {row['p50']} | {row['p95']} |")
-    print(f"\nadded by the gateway: p50 {result['added_ms']['p50']} ms, p95 {result['added_ms']['p95']} ms\n")
-    print("| agents | direct calls/s | gateway calls/s | ratio |\n|---|---|---|---|")
+    print("| run | call | direct p50 | gateway p50 | added p50 | added p99 |\n|---|---|---|---|---|---|")
+    for n, run in enumerate(runs, 1):
+        for kind in ("read", "effect"):
+            row = run[kind]
+            print(
+                f"| {n} | {kind} | {row['direct']['p50']} | {row['gateway']['p50']} | {row['added']['p50']} | "
+                f"{row['added']['p99']} |"
+            )
+        print(f"| {n} | replay | — | {run['replay']['gateway']['p50']} | — | — |")
+    if throughput:
+        print("\n| agents | direct calls/s | gateway calls/s | ratio |\n|---|---|---|---|")
     for w, row in throughput.items():
         print(f"| {w} | {row['direct']} | {row['gateway']} | {row['gateway'] / row['direct']:.2f} |")
     print(f"\n{out}")

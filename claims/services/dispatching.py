@@ -89,14 +89,20 @@ def _record_intent(
     claim_generation: int,
     owner_id: str,
     inline: bool,
+    fresh: bool = False,
 ) -> tuple[DispatchIntent, bool]:
     """A dispatch's checks after authority and its records, inside the caller's acceptance point (its locks held):
     the intent in flight if there is one; else the payload, state, approval and resource checks, then the intent,
     the effect's ``dispatched_at`` and the ledger's entries — and, unless ``inline``, the delivery job on commit."""
     ns, principal = at.ns, at.principal
-    in_flight = DispatchIntent.objects.filter(
-        effect=effect, state__in=[DispatchState.PENDING, DispatchState.SENDING]
-    ).first()
+    # An effect made in this transaction (``fresh``) has no intent yet: nothing to look for.
+    in_flight = (
+        None
+        if fresh
+        else DispatchIntent.objects.filter(
+            effect=effect, state__in=[DispatchState.PENDING, DispatchState.SENDING]
+        ).first()
+    )
     if in_flight is not None:
         return in_flight, False
     _require_dispatchable(effect, payload, ns)
@@ -208,6 +214,7 @@ def effect_prepare_dispatch(
             claim_generation=claim_generation,
             owner_id=owner_id,
             inline=inline,
+            fresh=existing is None,
         )
         if also is not None and (existing is None or recorded):
             also(effect)

@@ -210,17 +210,21 @@ def _claim_kwargs(call: Call) -> dict[str, Any]:
 
 def _keep_call(call: Call, effect: Effect) -> None:
     """The call behind the effect, written once (the first prepare of the slot through the gateway), inside the
-    transaction that prepares it — under the effect's row lock, so no other call of the slot writes it meanwhile."""
-    if ToolCall.objects.filter(pk=effect.pk).exists():
-        return
-    ToolCall.objects.create(
-        effect_id=effect.pk,
-        namespace_id=effect.namespace_id,
-        downstream=call.downstream.name,
-        tool=call.tool,
-        arguments=call.arguments,
-        arguments_digest=call.payload_digest,
-        created_at=effect.updated_at,
+    transaction that prepares it — under the effect's row lock, so no other call of the slot writes it meanwhile.
+    One statement: kept as it is when it exists already (a send after one whose record is missing)."""
+    ToolCall.objects.bulk_create(
+        [
+            ToolCall(
+                effect_id=effect.pk,
+                namespace_id=effect.namespace_id,
+                downstream=call.downstream.name,
+                tool=call.tool,
+                arguments=call.arguments,
+                arguments_digest=call.payload_digest,
+                created_at=effect.updated_at,
+            )
+        ],
+        ignore_conflicts=True,
     )
 
 

@@ -102,11 +102,12 @@ def _listed(url: str, token: str, attempt: str) -> set[str]:
     return run_async(go)
 
 
-def _gateway(gateway_server, downstream: Downstream, timeout: float = 3.0):
+def _gateway(gateway_server, downstream: Downstream, timeout: float = 3.0, processes: int = 2):
     return gateway_server(
+        processes=processes,
         downstreams=[
             {"name": "counting", "prefix": "rec", "url": downstream.url, "call_timeout_seconds": timeout}
-        ]
+        ],
     )
 
 
@@ -136,10 +137,11 @@ def test_a_downstream_down_for_a_while_is_unavailable_then_back_without_a_gatewa
     gateway_server, people, tmp_path
 ):
     """While it is down: UNAVAILABLE, nothing recorded as sent, nothing UNKNOWN, its tools still listed. Once it is
-    back, the same calls run — once each."""
+    back, the same calls run — once each. (One process: the tool list kept is each process's own — a process that
+    never reached the server has none to show.)"""
     operator, agent = people
     with http_downstream(tmp_path, "--stateful") as downstream:
-        gw = _gateway(gateway_server, downstream)
+        gw = _gateway(gateway_server, downstream, processes=1)
         attempt = _claim(operator, agent)
         assert not call(gw.url, agent.token, attempt, RECORD, {"name": "first"}).is_error
         downstream.stop()
@@ -191,7 +193,9 @@ def test_a_downstream_that_hangs_costs_its_callers_a_timeout_not_the_gateway(
     tools stay listed, and once it runs again the gateway reaches it with no restart."""
     operator, agent = people
     with http_downstream(tmp_path) as downstream:
-        gw = _gateway(gateway_server, downstream, timeout=2.0)
+        gw = _gateway(
+            gateway_server, downstream, timeout=2.0, processes=1
+        )  # the process that listed its tools
         attempt = _claim(operator, agent)
         assert not call(gw.url, agent.token, attempt, RECORD, {"name": "first"}).is_error
         assert downstream.proc is not None
