@@ -158,7 +158,8 @@ def main() -> int:
     ):
         namespace_create(principal=operator.principal, name="default")
     workers = [
-        (f"agent-{i}", token_issue(name=f"agent-{i}", role="worker").token) for i in range(max(args.agents))
+        (f"agent-{i}", token_issue(name=f"agent-{i}", role="worker").token)
+        for i in range(max(args.agents, default=1))
     ]
 
     run_dir = Path(tempfile.mkdtemp(prefix="mcp-bench-"))
@@ -189,7 +190,6 @@ def main() -> int:
         time.sleep(1)
         attempts = _claims(server.url, operator.token, workers)
         gateway = [f"{server.url}/mcp/attempts/{a}" for a in attempts]
-        names = [f"lat-{i}" for i in range(args.calls)]
         anyio.run(_interleaved, direct, gateway[0], workers[0][1], 20, "warm")
         runs = []
         for run in range(args.runs):

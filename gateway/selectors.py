@@ -3,8 +3,10 @@ holds, and the tool calls recorded for the console."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,9 +178,21 @@ class HeldClaim:
     scheduler_epoch: int
 
 
+_ATTEMPTS_KEPT = 4096
+_attempts: OrderedDict[uuid.UUID, HeldClaim] = OrderedDict()
+_attempts_lock = threading.Lock()  # the database hops run in a pool of threads
+
+
 def attempt_claim(attempt_id: uuid.UUID) -> HeldClaim | None:
-    """What an attempt was granted: the claim the gateway presents at the effect acceptance point for every call
-    made through ``/mcp/attempts/{attempt_id}``. Whether that claim still holds is decided there, under its locks."""
+    """The claim an attempt was granted: what the gateway presents at the effect acceptance point for a call
+    made through ``/mcp/attempts/{attempt_id}``. Whether that claim still holds is decided there, under its locks.
+    These fields of an attempt never change once it is granted, so each process keeps the last few thousand it read
+    (a repeat of a call, or the next call of the same attempt, pays no query for them)."""
+    with _attempts_lock:
+        held = _attempts.get(attempt_id)
+        if held is not None:
+            _attempts.move_to_end(attempt_id)
+            return held
     row = (
         Attempt.objects.filter(pk=attempt_id)
         .values_list("task_id", "namespace_id", "owner_id", "claim_generation", "scheduler_epoch")
@@ -186,7 +200,12 @@ def attempt_claim(attempt_id: uuid.UUID) -> HeldClaim | None:
     )
     if row is None:
         return None
-    return HeldClaim(attempt_id, *row)
+    held = HeldClaim(attempt_id, *row)
+    with _attempts_lock:
+        _attempts[attempt_id] = held
+        while len(_attempts) > _ATTEMPTS_KEPT:
+            _attempts.popitem(last=False)
+    return held
 
 
 def tool_call(effect_id: str) -> ToolCall | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -105,13 +105,13 @@ def dispatch_apply(
     external_ref: str | None,
     error: str = "",
     reply: Any = None,
-    also: Callable[[Effect, str], None] | None = None,
+    also: Callable[[Effect, str, datetime], None] | None = None,
     silent_for_seconds: float | None = None,
     sent: bool = True,
 ) -> str:
     """Record a delivery's reply on its effect: ``state`` (COMMITTED, FAILED or UNKNOWN) while the effect is still
         PREPARED or UNKNOWN, SKIPPED otherwise; NOT_TAKEN when the intent is no longer SENDING (another hand recorded
-        it). ``also(effect, outcome)`` runs in the same transaction, under the same locks — the gateway keeps the tool's
+        it). ``also(effect, outcome, now)`` runs in the same transaction, under the same locks (``now``: the clock read there) — the gateway keeps the tool's
         answer beside the effect's state. With ``silent_for_seconds``, only an intent sent at least that long ago (by the
         clock read under the locks) is taken: how a sender that went silent is recorded UNKNOWN (``dispatch_lost``).
     Silence counts from the sender's last sign of life (``heard_at``, ``dispatch_heard``), else from the send's start.
@@ -148,7 +148,7 @@ def dispatch_apply(
                 detail={"dispatch_id": str(intent.pk), "reply": reply, "state": effect.state},
             )
             if also is not None:
-                also(effect, outcome)
+                also(effect, outcome, now)
             return outcome
         ledger.transition(
             effect,
@@ -162,7 +162,7 @@ def dispatch_apply(
             detail={"dispatch_id": str(intent.pk), "error": error},
         )
         if also is not None:
-            also(effect, outcome)
+            also(effect, outcome, now)
         append_event(
             ledger.EVENT_FOR_STATE[state],
             namespace_id=effect.namespace_id,

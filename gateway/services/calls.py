@@ -29,12 +29,12 @@ import hashlib
 import json
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db.models import F
 
-from claims import clock
 from claims.digest import canonical_json, digest
 from claims.errors import ClaimError
 from claims.models import DispatchIntent, DispatchState, Effect, EffectState, Principal
@@ -320,8 +320,8 @@ def call_record(
     lost first). ``sent=False``: nothing reached the server (it could not be connected to)."""
     kept, note = _kept(result)
 
-    def keep_answer(effect: Effect, outcome: str) -> None:
-        changes: dict[str, Any] = {"answered_at": clock.now()}
+    def keep_answer(effect: Effect, outcome: str, now: datetime) -> None:
+        changes: dict[str, Any] = {"answered_at": now}
         if sent:
             changes["sends"] = F("sends") + 1
         if outcome in (EffectState.COMMITTED, EffectState.FAILED):
