@@ -12,6 +12,7 @@ from ._base import (
     namespace_lock,
     synthetic,
 )
+from ._sql import Statement, insert_statement, prep, write, writes_together
 from .claiming import ClaimGrant, task_claim, task_claim_batch, task_claim_next
 from .commit_many import task_commit_many
 from .dispatch import Delivery, dispatch_apply, dispatch_deliver, dispatch_heard, dispatch_lost
@@ -36,6 +37,11 @@ from .results import Committed, Staged, result_stage, task_commit
 from .tasks import TaskCreated, task_cancel, task_create, task_requeue, task_revise_input, tasks_adopt
 
 __all__ = [
+    "Statement",
+    "insert_statement",
+    "prep",
+    "write",
+    "writes_together",
     "Guard",
     "NamespaceHold",
     "acting_via",

@@ -259,8 +259,8 @@ def event_statement(kind: EventKind, **fields: Any) -> _sql.Statement:
 
 
 def append_event(kind: EventKind, **fields: Any) -> None:
-    """Append one event inside the caller's transaction."""
-    _sql.together(event_statement(kind, **fields))
+    """Append one event inside the caller's transaction (with the other writes of a ``writes_together`` block)."""
+    _sql.write(event_statement(kind, **fields))
 
 
 def audit(

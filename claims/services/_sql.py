@@ -12,6 +12,9 @@ Everything here runs inside the calling service's transaction; locks are named b
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -252,6 +255,36 @@ def insert_if_absent_then(first: Statement, model: type[models.Model], **values:
         sql = _insert_select_sql(model, tuple(values), db.vendor)
         cursor.execute(f"WITH first AS ({first_sql} RETURNING 1) {sql}", first_params + then_params)
         return cursor.rowcount == 1
+
+
+_pending: ContextVar[list[Statement] | None] = ContextVar("claims_writes_together", default=None)
+
+
+@contextmanager
+def writes_together() -> Iterator[None]:
+    """Inside it, ``write`` collects the writes; when the block ends without an exception they are sent as one
+    round trip (``together``), still inside the caller's transaction. For a decision's writes once its reads are
+    done: nothing inside may read what it wrote. Nested blocks send with the outermost."""
+    if _pending.get() is not None:
+        yield
+        return
+    pending: list[Statement] = []
+    token = _pending.set(pending)
+    try:
+        yield
+    finally:
+        _pending.reset(token)
+    if pending:
+        together(*pending)
+
+
+def write(*statements: Statement) -> None:
+    """Writes whose row counts nobody needs: collected inside ``writes_together``, sent at once otherwise."""
+    pending = _pending.get()
+    if pending is not None:
+        pending.extend(statements)
+    else:
+        together(*statements)
 
 
 def together(*statements: Statement) -> None:

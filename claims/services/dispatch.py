@@ -29,8 +29,9 @@ from django.db.models import Q
 from .. import clock, interleave
 from ..digest import canonical_json
 from ..models import DispatchIntent, DispatchState, Effect, EffectState
-from . import ledger
+from . import _sql, ledger
 from ._base import append_event
+from ._sql import writes_together
 
 logger = logging.getLogger(__name__)
 
@@ -110,14 +111,15 @@ def dispatch_apply(
     sent: bool = True,
 ) -> str:
     """Record a delivery's reply on its effect: ``state`` (COMMITTED, FAILED or UNKNOWN) while the effect is still
-        PREPARED or UNKNOWN, SKIPPED otherwise; NOT_TAKEN when the intent is no longer SENDING (another hand recorded
-        it). ``also(effect, outcome, now)`` runs in the same transaction, under the same locks (``now``: the clock read there) — the gateway keeps the tool's
-        answer beside the effect's state. With ``silent_for_seconds``, only an intent sent at least that long ago (by the
-        clock read under the locks) is taken: how a sender that went silent is recorded UNKNOWN (``dispatch_lost``).
-    Silence counts from the sender's last sign of life (``heard_at``, ``dispatch_heard``), else from the send's start.
-    ``sent=False``: the sender knows nothing left (no connection could be made) — kept on the intent as ``not_sent``.
+    PREPARED or UNKNOWN, SKIPPED otherwise; NOT_TAKEN when the intent is no longer SENDING (another hand recorded
+    it). ``also(effect, outcome, now)`` runs in the same transaction, under the same locks, with the clock read
+    there — the gateway keeps the tool's answer beside the effect's state (its writes join the others: one round
+    trip). With ``silent_for_seconds``, only an intent whose sender has been silent at least that long (by the clock
+    read under the locks; silence counts from its last sign of life, ``heard_at``, else from the send's start) is
+    taken: how a sender that went silent is recorded UNKNOWN (``dispatch_lost``). ``sent=False``: the sender knows
+    nothing left (no connection could be made) — kept on the intent as ``not_sent``.
 
-        Locks: the effect row, then the intent row (the order of every effect write, services/effects.py)."""
+    Locks: the effect row, then the intent row (the order of every effect write, services/effects.py)."""
     with transaction.atomic(durable=True):
         effect = Effect.objects.select_for_update().get(
             pk=DispatchIntent.objects.filter(pk=dispatch_id).values("effect_id")[:1]
@@ -135,44 +137,50 @@ def dispatch_apply(
         intent = current
         applied = effect.state in _APPLIES_TO
         outcome = state if applied else "SKIPPED"
-        current.state = DispatchState.DELIVERED if applied else DispatchState.SKIPPED
-        current.outcome, current.last_error, current.finished_at = outcome, error, now
-        current.not_sent = not sent
-        current.save(update_fields=["state", "outcome", "last_error", "finished_at", "not_sent"])
-        if not applied:
-            ledger.record(
-                effect,
-                "delivery_ignored",
-                at=now,
-                principal=None,
-                detail={"dispatch_id": str(intent.pk), "reply": reply, "state": effect.state},
+        with writes_together():  # the decision is made: its writes leave in one round trip
+            _sql.write(
+                _sql.update_statement(
+                    DispatchIntent,
+                    {"dispatch_id": intent.pk},
+                    state=DispatchState.DELIVERED if applied else DispatchState.SKIPPED,
+                    outcome=outcome,
+                    last_error=error,
+                    finished_at=now,
+                    not_sent=not sent,
+                )
             )
+            if not applied:
+                ledger.record(
+                    effect,
+                    "delivery_ignored",
+                    at=now,
+                    principal=None,
+                    detail={"dispatch_id": str(intent.pk), "reply": reply, "state": effect.state},
+                )
+            else:
+                ledger.transition(
+                    effect,
+                    state,
+                    at=now,
+                    principal=None,
+                    kind="delivered",
+                    attempt_id=intent.attempt_id,
+                    claim_generation=intent.claim_generation,
+                    external_ref=external_ref,
+                    detail={"dispatch_id": str(intent.pk), "error": error},
+                )
+                append_event(
+                    ledger.EVENT_FOR_STATE[state],
+                    namespace_id=effect.namespace_id,
+                    task_id=effect.task_id,
+                    at=now,
+                    principal=None,
+                    attempt_id=intent.attempt_id,
+                    claim_generation=intent.claim_generation,
+                    detail={"effect_id": effect.effect_id, "dispatch_id": str(intent.pk), "reply": reply},
+                )
             if also is not None:
                 also(effect, outcome, now)
-            return outcome
-        ledger.transition(
-            effect,
-            state,
-            at=now,
-            principal=None,
-            kind="delivered",
-            attempt_id=intent.attempt_id,
-            claim_generation=intent.claim_generation,
-            external_ref=external_ref,
-            detail={"dispatch_id": str(intent.pk), "error": error},
-        )
-        if also is not None:
-            also(effect, outcome, now)
-        append_event(
-            ledger.EVENT_FOR_STATE[state],
-            namespace_id=effect.namespace_id,
-            task_id=effect.task_id,
-            at=now,
-            principal=None,
-            attempt_id=intent.attempt_id,
-            claim_generation=intent.claim_generation,
-            detail={"effect_id": effect.effect_id, "dispatch_id": str(intent.pk), "reply": reply},
-        )
     return outcome
 
 

@@ -16,8 +16,9 @@ from ..digest import digest
 from ..errors import ApprovalRequired, InvalidTransition, NotFound, PayloadConflict
 from ..models import Attempt, DispatchIntent, DispatchState, Effect, EventKind, Principal, ResourceKey
 from ..models import EffectState as E
-from . import ledger
+from . import _sql, ledger
 from ._base import NamespaceHold
+from ._sql import writes_together
 from .authority import Acceptance
 from .effects import _at_effect_point, _authorise, _task_of, prepare_at
 from .resources import check_dispatch_resources, lock_keys
@@ -112,7 +113,8 @@ def _record_intent(
     )
     check_dispatch_resources(keys, attempt_fences=fences)
     interleave.reach("effect_dispatch.checked")
-    intent = DispatchIntent.objects.create(
+    intent = DispatchIntent(
+        dispatch_id=uuid.uuid4(),
         effect=effect,
         attempt_id=attempt_id,
         claim_generation=claim_generation,
@@ -125,8 +127,18 @@ def _record_intent(
         sending_at=ns.now if inline else None,
         deliveries=1 if inline else 0,
     )
-    effect.dispatched_at, effect.updated_at = ns.now, ns.now
-    effect.save(update_fields=["dispatched_at", "updated_at"])
+    _sql.write(
+        _sql.insert_statement(
+            DispatchIntent,
+            **{f.attname: getattr(intent, f.attname) for f in DispatchIntent._meta.concrete_fields},
+        )
+    )
+    intent._state.adding, intent._state.db = False, "default"  # written (or about to be, with the others)
+    if (
+        effect.dispatched_at != ns.now or effect.updated_at != ns.now
+    ):  # not already written with the new effect
+        effect.dispatched_at, effect.updated_at = ns.now, ns.now
+        effect.save(update_fields=["dispatched_at", "updated_at"])
     ledger.record(
         effect,
         "dispatch_recorded",
@@ -180,15 +192,18 @@ def effect_prepare_dispatch(
     task row with its namespace, the effect row, then the task's resource keys (FOR SHARE), the clock read after
     them all. Any refusal rolls the whole step back. ``also(effect)`` runs in the same transaction when the effect is
     new or an intent was recorded now (the gateway writes its tool call beside the effect)."""
-    with _at_effect_point(
-        principal,
-        task_id,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
-        effect_slot=effect_slot,
-    ) as (at, existing):
+    with (
+        _at_effect_point(
+            principal,
+            task_id,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            scheduler_epoch=scheduler_epoch,
+            owner_id=owner_id,
+            effect_slot=effect_slot,
+        ) as (at, existing),
+        writes_together(),
+    ):  # reads and checks first; the writes leave at the end, at once
         keys: list[ResourceKey] = []
         if at.task.resources:
             keys, db_now = lock_keys(sorted(at.task.resources), lock="FOR SHARE")
@@ -199,6 +214,7 @@ def effect_prepare_dispatch(
             effect_slot=effect_slot,
             payload_digest=digest(payload),
             non_replayable=non_replayable,
+            dispatching=True,
         )
         if outcome != "PREPARED":
             if also is not None and existing is None:

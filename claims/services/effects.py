@@ -166,11 +166,18 @@ def effect_prepare(
 
 
 def prepare_at(
-    at: Acceptance, existing: Effect | None, *, effect_slot: str, payload_digest: str, non_replayable: bool
+    at: Acceptance,
+    existing: Effect | None,
+    *,
+    effect_slot: str,
+    payload_digest: str,
+    non_replayable: bool,
+    dispatching: bool = False,
 ) -> tuple[Effect, str]:
     """A prepare inside an effect acceptance point whose locks are held (``effect_prepare``, and the gateway's
     ``effect_prepare_dispatch``): authority, the slot bound to ``payload_digest``, the timeline's event, and what
-    the worker may do next."""
+    the worker may do next. ``dispatching``: the caller records its dispatch in this transaction when it may (a new
+    effect that needs no approval is written with its ``dispatched_at`` at once, instead of a second write)."""
     _authorise(at)
     attempt_id, claim_generation = at.attempt_id, at.claim_generation
     assert claim_generation is not None  # a prepare names its claim (the serializers require it)
@@ -182,6 +189,7 @@ def prepare_at(
         attempt_id=attempt_id,
         claim_generation=claim_generation,
         non_replayable=non_replayable,
+        dispatching=dispatching,
     )
     outcome = next_step(effect)
     ledger.task_event(
@@ -206,6 +214,7 @@ def _bound(
     attempt_id: uuid.UUID,
     claim_generation: int,
     non_replayable: bool = False,
+    dispatching: bool = False,
 ) -> Effect:
     """The slot's effect bound to ``payload_digest``: created PREPARED, or the existing one (PAYLOAD_CONFLICT when
     bound to another payload; a definite FAILED moved back to PREPARED), its ledger told."""
@@ -213,6 +222,7 @@ def _bound(
     effect: Effect
     if existing is None:
         eid = make_effect_id(task.task_id, task.node_id, effect_slot)
+        approval = non_replayable or task.replay_policy == ReplayPolicy.NON_REPLAYABLE
         # The task row lock serialises every prepare of this task, so the insert cannot race another.
         effect = Effect.objects.create(
             effect_id=eid,
@@ -222,9 +232,10 @@ def _bound(
             effect_slot=effect_slot,
             state=E.PREPARED,
             payload_digest=payload_digest,
-            non_replayable=non_replayable or task.replay_policy == ReplayPolicy.NON_REPLAYABLE,
+            non_replayable=approval,
             created_at=ns.now,
             updated_at=ns.now,
+            dispatched_at=ns.now if dispatching and not approval else None,
         )
         ledger.record(
             effect,

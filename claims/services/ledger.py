@@ -1,7 +1,8 @@
 """The effect ledger's transitions, in one public module: every change of an effect's state, and every entry of
 its append-only history, is written here — by the worker and operator calls (``effects``) and by the dispatcher's
 delivery (``dispatch``) alike. Each function runs inside its caller's transaction, with the effect row locked
-(FOR UPDATE) by the caller: the lock every ledger writer holds.
+(FOR UPDATE) by the caller: the lock every ledger writer holds. The writes go through ``_sql.write``: inside a
+caller's ``writes_together`` block they leave in one round trip with the decision's other writes.
 
 The states: PREPARED → COMMITTED | FAILED | UNKNOWN; UNKNOWN → PREPARED (reconciled NOT_OCCURRED) | COMMITTED
 (reconciled OCCURRED, or a late delivery) | FAILED.
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..models import AcceptancePoint, Effect, EffectEvent, EffectState, EventKind, Principal
+from . import _sql
 from ._base import NamespaceHold, append_event
 
 E = EffectState
@@ -45,16 +47,19 @@ def record(
     claim_generation: int | None = None,
     detail: dict | None = None,
 ) -> None:
-    EffectEvent.objects.create(
-        effect=effect,
-        kind=kind,
-        from_state=frm,
-        to_state=to,
-        at=at,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        principal=principal.name if principal else "",
-        detail=detail or {},
+    _sql.write(
+        _sql.insert_statement(
+            EffectEvent,
+            effect_id=effect.effect_id,
+            kind=kind,
+            from_state=frm,
+            to_state=to,
+            at=at,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            principal=principal.name if principal else "",
+            detail=detail or {},
+        )
     )
 
 
@@ -112,7 +117,11 @@ def transition(
     if to == E.PREPARED and effect.dispatched_at is not None:
         effect.dispatched_at = None  # back to PREPARED: no longer in flight, the node is free
         fields.append("dispatched_at")
-    effect.save(update_fields=fields)
+    _sql.write(
+        _sql.update_statement(
+            Effect, {"effect_id": effect.effect_id}, **{f: getattr(effect, f) for f in fields}
+        )
+    )
     record(
         effect,
         kind,

@@ -33,17 +33,20 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F
 
 from claims.digest import canonical_json, digest
 from claims.errors import ClaimError
 from claims.models import DispatchIntent, DispatchState, Effect, EffectState, Principal
 from claims.services import (
+    Statement,
     dispatch_apply,
     dispatch_heard,
     dispatch_lost,
     effect_prepare_dispatch,
     effect_reconcile,
+    insert_statement,
+    prep,
+    write,
 )
 
 from .. import selectors
@@ -211,20 +214,24 @@ def _claim_kwargs(call: Call) -> dict[str, Any]:
 def _keep_call(call: Call, effect: Effect) -> None:
     """The call behind the effect, written once (the first prepare of the slot through the gateway), inside the
     transaction that prepares it — under the effect's row lock, so no other call of the slot writes it meanwhile.
-    One statement: kept as it is when it exists already (a send after one whose record is missing)."""
-    ToolCall.objects.bulk_create(
-        [
-            ToolCall(
-                effect_id=effect.pk,
-                namespace_id=effect.namespace_id,
-                downstream=call.downstream.name,
-                tool=call.tool,
-                arguments=call.arguments,
-                arguments_digest=call.payload_digest,
-                created_at=effect.updated_at,
-            )
-        ],
-        ignore_conflicts=True,
+    Kept as it is when it exists already (a send after one whose record is missing); sent with the prepare's other
+    writes."""
+    write(
+        insert_statement(
+            ToolCall,
+            if_absent=True,
+            effect_id=effect.pk,
+            namespace_id=effect.namespace_id,
+            downstream=call.downstream.name,
+            tool=call.tool,
+            arguments=call.arguments,
+            arguments_digest=call.payload_digest,
+            result=None,
+            is_error=False,
+            sends=0,
+            created_at=effect.updated_at,
+            answered_at=None,
+        )
     )
 
 
@@ -321,12 +328,15 @@ def call_record(
     kept, note = _kept(result)
 
     def keep_answer(effect: Effect, outcome: str, now: datetime) -> None:
-        changes: dict[str, Any] = {"answered_at": now}
-        if sent:
-            changes["sends"] = F("sends") + 1
-        if outcome in (EffectState.COMMITTED, EffectState.FAILED):
-            changes.update(result=kept, is_error=outcome == EffectState.FAILED)
-        ToolCall.objects.filter(pk=effect.pk).update(**changes)
+        answered = outcome in (EffectState.COMMITTED, EffectState.FAILED)
+        write(
+            _answer_statement(
+                effect.pk,
+                now=now,
+                sent=sent,
+                answer=(kept, outcome == EffectState.FAILED) if answered else None,
+            )
+        )
 
     return dispatch_apply(
         dispatch_id=step.dispatch_id,
@@ -337,6 +347,19 @@ def call_record(
         also=keep_answer,
         sent=sent,
     )
+
+
+def _answer_statement(
+    effect_id: str, *, now: datetime, sent: bool, answer: tuple[dict[str, Any] | None, bool] | None
+) -> Statement:
+    """The UPDATE of the tool call's answer (``sends`` counted in place), to go with the record's other writes."""
+    sets = ["answered_at = %s", "sends = sends + %s"]
+    params: list[Any] = [prep(ToolCall, "answered_at", now), int(sent)]
+    if answer is not None:
+        sets += ["result = %s", "is_error = %s"]
+        params += [prep(ToolCall, "result", answer[0]), answer[1]]
+    table = ToolCall._meta.db_table
+    return Statement(f"UPDATE {table} SET {', '.join(sets)} WHERE effect_id = %s", [*params, effect_id])
 
 
 def call_heard(step: Step) -> bool:
