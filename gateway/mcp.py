@@ -389,7 +389,12 @@ class Gateway:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """The lifespan's part: the SDK's session manager and the downstream pool, for the process's life."""
-        self.manager = StreamableHTTPSessionManager(server, stateless=True)
+        self.manager = StreamableHTTPSessionManager(
+            server,
+            stateless=True,
+            # A body the API would refuse is refused here too (413), before it is parsed.
+            max_request_body_size=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
+        )
         async with self.manager.run(), anyio.create_task_group() as tg:
             pool.start(tg)
             try:

@@ -132,6 +132,15 @@ def call_plan(
         json.dumps(arguments, allow_nan=False)
     except ValueError:
         return _answer(refusal("INVALID", "The arguments must be plain JSON: no NaN or Infinity."))
+    size = len(canonical_json(arguments))
+    if size > settings.CLAIMS_MAX_VALUE_BYTES:  # the ledger keeps the arguments: no more than the API takes
+        return _answer(
+            refusal(
+                "INVALID",
+                f"The arguments are {size} bytes of JSON; at most {settings.CLAIMS_MAX_VALUE_BYTES} "
+                "(CLAIMS_MAX_VALUE_BYTES) are taken. Nothing was recorded or sent.",
+            )
+        )
     named = attempt_id if attempt_id is not None else _meta_value(meta, "attempt_id")
     try:
         attempt_id = uuid.UUID(str(named)) if named is not None else None

@@ -205,3 +205,15 @@ def test_an_answer_over_the_ledgers_limit_reaches_its_caller_and_is_recorded_as_
     recorded = ToolCall.objects.get()
     assert recorded.result is None and Effect.objects.get().state == "COMMITTED"
     assert "not kept" in Effect.objects.get().external_ref
+
+
+def test_arguments_over_the_apis_limit_are_invalid_and_nothing_is_stored(shared_gateway, people):
+    """1.1 MB of arguments (CLAIMS_MAX_VALUE_BYTES is 1 MB): the API would refuse them; so does the gateway, before
+    it records the effect, the intent and the tool call (each of which holds the arguments)."""
+    gw = shared_gateway()
+    operator, agent = people
+    answer = call(
+        gw.url, agent.token, _claim(operator, agent), RECORD, {"name": "big", "body": "x" * 1_100_000}
+    )
+    assert outcome(answer) == "INVALID" and "CLAIMS_MAX_VALUE_BYTES" in text(answer)
+    assert not Effect.objects.exists() and not ToolCall.objects.exists() and gw.records() == []
