@@ -134,54 +134,78 @@ def dispatch_apply(
             last_heard is None or last_heard > now - timedelta(seconds=silent_for_seconds)
         ):
             return "NOT_TAKEN"
-        intent = current
-        applied = effect.state in _APPLIES_TO
-        outcome = state if applied else "SKIPPED"
+        outcome = state if effect.state in _APPLIES_TO else "SKIPPED"
         with writes_together():  # the decision is made: its writes leave in one round trip
-            _sql.write(
-                _sql.update_statement(
-                    DispatchIntent,
-                    {"dispatch_id": intent.pk},
-                    state=DispatchState.DELIVERED if applied else DispatchState.SKIPPED,
-                    outcome=outcome,
-                    last_error=error,
-                    finished_at=now,
-                    not_sent=not sent,
-                )
+            _delivered(
+                effect,
+                current,
+                outcome,
+                now=now,
+                external_ref=external_ref,
+                error=error,
+                reply=reply,
+                sent=sent,
             )
-            if not applied:
-                ledger.record(
-                    effect,
-                    "delivery_ignored",
-                    at=now,
-                    principal=None,
-                    detail={"dispatch_id": str(intent.pk), "reply": reply, "state": effect.state},
-                )
-            else:
-                ledger.transition(
-                    effect,
-                    state,
-                    at=now,
-                    principal=None,
-                    kind="delivered",
-                    attempt_id=intent.attempt_id,
-                    claim_generation=intent.claim_generation,
-                    external_ref=external_ref,
-                    detail={"dispatch_id": str(intent.pk), "error": error},
-                )
-                append_event(
-                    ledger.EVENT_FOR_STATE[state],
-                    namespace_id=effect.namespace_id,
-                    task_id=effect.task_id,
-                    at=now,
-                    principal=None,
-                    attempt_id=intent.attempt_id,
-                    claim_generation=intent.claim_generation,
-                    detail={"effect_id": effect.effect_id, "dispatch_id": str(intent.pk), "reply": reply},
-                )
             if also is not None:
                 also(effect, outcome, now)
     return outcome
+
+
+def _delivered(
+    effect: Effect,
+    intent: DispatchIntent,
+    outcome: str,
+    *,
+    now: datetime,
+    external_ref: str | None,
+    error: str,
+    reply: Any,
+    sent: bool,
+) -> None:
+    """A delivery's records (``dispatch_apply``'s writes): the intent finished; the effect moved to ``outcome`` with
+    its ledger entry and event — or, SKIPPED, the reply noted on a ledger that had moved on."""
+    applied = outcome != "SKIPPED"
+    _sql.write(
+        _sql.update_statement(
+            DispatchIntent,
+            {"dispatch_id": intent.pk},
+            state=DispatchState.DELIVERED if applied else DispatchState.SKIPPED,
+            outcome=outcome,
+            last_error=error,
+            finished_at=now,
+            not_sent=not sent,
+        )
+    )
+    if not applied:
+        ledger.record(
+            effect,
+            "delivery_ignored",
+            at=now,
+            principal=None,
+            detail={"dispatch_id": str(intent.pk), "reply": reply, "state": effect.state},
+        )
+        return
+    ledger.transition(
+        effect,
+        outcome,
+        at=now,
+        principal=None,
+        kind="delivered",
+        attempt_id=intent.attempt_id,
+        claim_generation=intent.claim_generation,
+        external_ref=external_ref,
+        detail={"dispatch_id": str(intent.pk), "error": error},
+    )
+    append_event(
+        ledger.EVENT_FOR_STATE[outcome],
+        namespace_id=effect.namespace_id,
+        task_id=effect.task_id,
+        at=now,
+        principal=None,
+        attempt_id=intent.attempt_id,
+        claim_generation=intent.claim_generation,
+        detail={"effect_id": effect.effect_id, "dispatch_id": str(intent.pk), "reply": reply},
+    )
 
 
 def dispatch_deliver(*, dispatch_id: str) -> Delivery:

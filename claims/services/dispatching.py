@@ -79,6 +79,43 @@ def effect_dispatch(
         )
 
 
+def _new_intent(
+    effect: Effect,
+    ns: NamespaceHold,
+    *,
+    payload: Any,
+    target: str,
+    attempt_id: uuid.UUID,
+    claim_generation: int,
+    fences: dict[str, Any],
+    inline: bool,
+) -> DispatchIntent:
+    """The intent's row, written with the acceptance point's other writes (``_sql.write``): an inline one is
+    SENDING from the start — its send begins once the transaction commits."""
+    intent = DispatchIntent(
+        dispatch_id=uuid.uuid4(),
+        effect=effect,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        payload=payload,
+        target=target,
+        fence_headers={key: value["token"] for key, value in fences.items()},
+        created_at=ns.now,
+        inline=inline,
+        state=DispatchState.SENDING if inline else DispatchState.PENDING,
+        sending_at=ns.now if inline else None,
+        deliveries=1 if inline else 0,
+    )
+    _sql.write(
+        _sql.insert_statement(
+            DispatchIntent,
+            **{f.attname: getattr(intent, f.attname) for f in DispatchIntent._meta.concrete_fields},
+        )
+    )
+    intent._state.adding, intent._state.db = False, "default"  # written (or about to be, with the others)
+    return intent
+
+
 def _record_intent(
     at: Acceptance,
     effect: Effect,
@@ -113,27 +150,16 @@ def _record_intent(
     )
     check_dispatch_resources(keys, attempt_fences=fences)
     interleave.reach("effect_dispatch.checked")
-    intent = DispatchIntent(
-        dispatch_id=uuid.uuid4(),
-        effect=effect,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
+    intent = _new_intent(
+        effect,
+        ns,
         payload=payload,
         target=target,
-        fence_headers={key: value["token"] for key, value in fences.items()},
-        created_at=ns.now,
+        attempt_id=attempt_id,
+        claim_generation=claim_generation,
+        fences=fences,
         inline=inline,
-        state=DispatchState.SENDING if inline else DispatchState.PENDING,
-        sending_at=ns.now if inline else None,
-        deliveries=1 if inline else 0,
     )
-    _sql.write(
-        _sql.insert_statement(
-            DispatchIntent,
-            **{f.attname: getattr(intent, f.attname) for f in DispatchIntent._meta.concrete_fields},
-        )
-    )
-    intent._state.adding, intent._state.db = False, "default"  # written (or about to be, with the others)
     if (
         effect.dispatched_at != ns.now or effect.updated_at != ns.now
     ):  # not already written with the new effect

@@ -370,6 +370,21 @@ def _authorise_report(
         )
 
 
+def _reason_for(principal: Principal, observed: str, reason: str) -> str:
+    """An operator's reconcile is audited with its reason; NOT_OCCURRED (which sends the effect again) needs one."""
+    reason = (reason or "").strip()
+    if principal.role != Role.WORKER and observed == "NOT_OCCURRED" and not reason:
+        raise Invalid(
+            {
+                "reason": [
+                    "Saying it did not occur sends the effect again, and the target may have acted: give the "
+                    "reason (what you checked at the target)."
+                ]
+            }
+        )
+    return reason
+
+
 def effect_reconcile(
     *,
     principal: Principal,
@@ -389,16 +404,7 @@ def effect_reconcile(
     NOT_OCCURRED needs a reason: it makes the effect be sent again, and the target may have acted."""
     if observed not in ("OCCURRED", "NOT_OCCURRED"):
         raise Invalid({"observed": ["Must be OCCURRED or NOT_OCCURRED."]})
-    reason = (reason or "").strip()
-    if principal.role != Role.WORKER and observed == "NOT_OCCURRED" and not reason:
-        raise Invalid(
-            {
-                "reason": [
-                    "Saying it did not occur sends the effect again, and the target may have acted: give the "
-                    "reason (what you checked at the target)."
-                ]
-            }
-        )
+    reason = _reason_for(principal, observed, reason)
     task_id = _task_of(effect_id)
     with _at_effect_point(
         principal,
