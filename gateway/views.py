@@ -98,7 +98,7 @@ def tool_rule_set(request: HttpRequest) -> HttpResponse:
             slot_from=post.get("slot_from", SlotFrom.CANONICAL),
             slot_argument=post.get("slot_argument", "").strip(),
             query_tool=post.get("query_tool", "").strip(),
-            query_arguments=_json_field(post.get("query_arguments", ""), "query_arguments", dict),  # type: ignore[arg-type]
+            query_arguments=_json_field(post.get("query_arguments", ""), "query_arguments", dict),
             occurred_if=post.get("occurred_if", Occurred.NOT_ERROR),
             occurred_text=post.get("occurred_text", ""),
         )

@@ -157,35 +157,10 @@ def gateway_apply(
     return len(downstreams) + len(rules)
 
 
-def tool_rule_set(
-    *,
-    principal: Principal,
-    downstream: str,
-    tool: str,
-    kind: str = ToolKind.EFFECT,
-    record_reads: bool = False,
-    slot_from: str = SlotFrom.CANONICAL,
-    slot_argument: str = "",
-    query_tool: str = "",
-    query_arguments: dict[str, Any] | None = None,
-    occurred_if: str = Occurred.NOT_ERROR,
-    occurred_text: str = "",
-) -> ToolRule:
-    """Set how the gateway treats one tool; audited."""
+def tool_rule_set(*, principal: Principal, downstream: str, tool: str, **rule: Any) -> ToolRule:
+    """Set how the gateway treats one tool (``rule``: the fields of ``_set_rule``, each defaulted); audited."""
     with transaction.atomic(durable=True):
-        return _set_rule(
-            principal=principal,
-            downstream=downstream,
-            tool=tool,
-            kind=kind,
-            record_reads=record_reads,
-            slot_from=slot_from,
-            slot_argument=slot_argument,
-            query_tool=query_tool,
-            query_arguments=query_arguments,
-            occurred_if=occurred_if,
-            occurred_text=occurred_text,
-        )
+        return _set_rule(principal=principal, downstream=downstream, tool=tool, **rule)
 
 
 def _set_rule(

@@ -21,7 +21,6 @@ import pytest
 from claims.models import DispatchIntent, Effect
 from gateway.models import ToolCall
 from tests.gateway.support import COUNTING, agent_session, call, outcome, run_async, wait_port
-from tests.support.actors import make_actor
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -83,11 +82,6 @@ def http_downstream(tmp_path: Path, *flags: str) -> Iterator[Downstream]:
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture
-def people(db):
-    return make_actor("olivia-operator", "operator"), make_actor("agent-a", "worker")
 
 
 def _claim(operator, agent) -> str:

@@ -17,23 +17,12 @@ from claims.models import DispatchIntent, Effect
 from gateway.models import ToolCall
 from tests.gateway.support import META, agent_session, call, outcome, run_async, text
 from tests.gateway.test_downstreams_come_and_go import http_downstream
-from tests.support.actors import make_actor
+from tests.gateway.test_refusals_and_recovery import QUERY_RULE
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 RECORD = "rec__create_record"
 KEY = META + "idempotency_key"
-QUERY_RULE = {
-    "downstream": "counting",
-    "tool": "create_record",
-    "query_tool": "find_record",
-    "query_arguments": {"name": "$name"},
-}
-
-
-@pytest.fixture
-def people(db):
-    return make_actor("olivia-operator", "operator"), make_actor("agent-a", "worker")
 
 
 def _claim(operator, agent) -> str:

@@ -16,7 +16,6 @@ from claims.models import DispatchIntent, Effect, Principal
 from claims.services import effect_approve
 from gateway.models import ToolCall
 from tests.gateway.support import META, call, outcome, text
-from tests.support.actors import make_actor
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -27,11 +26,6 @@ QUERY_RULE = {
     "query_tool": "find_record",
     "query_arguments": {"name": "$name"},
 }
-
-
-@pytest.fixture
-def people(db):
-    return make_actor("olivia-operator", "operator"), make_actor("agent-a", "worker")
 
 
 def _claimed(operator, worker, **fields) -> dict:
