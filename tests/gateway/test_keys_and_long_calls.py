@@ -108,11 +108,14 @@ def test_a_long_call_reporting_progress_runs_past_its_timeout_and_a_repeat_waits
 ):
     """A call of LONG_SECONDS (five minutes with GATEWAY_LONG_CALL_SECONDS=300) against a 2 s timeout that reports
     progress every second: the caller receives the progress, the call is recorded once with its final answer, and
-    a repeat made half-way on another connection waits and gets that answer — nothing recorded lost or UNKNOWN."""
+    a repeat made half-way on another connection waits and gets that answer — nothing recorded lost or UNKNOWN. The
+    agent is a healthy owner: it renews its 30 s lease while the call runs (an expired lease would make the repeat
+    FENCED, as it should)."""
     operator, agent = people
     with http_downstream(tmp_path) as downstream:
         gw = _http_gateway(gateway_server, downstream, timeout=2.0, MCP_HEARD_EVERY_SECONDS="1")
-        attempt = _claim(operator, agent)
+        claim = agent.claim(operator.create(node_id="n").json()["task_id"]).json()
+        attempt, running = claim["attempt_id"], threading.Event()
         args = {"name": "long", "seconds": LONG_SECONDS, "every": 1.0}
         progress: list[float] = []
         answers: dict[str, types.CallToolResult] = {}
@@ -130,11 +133,18 @@ def test_a_long_call_reporting_progress_runs_past_its_timeout_and_a_repeat_waits
             async with agent_session(gw.url, agent.token, attempt, timeout=LONG_SECONDS + 60) as session:
                 answers["repeat"] = await session.call_tool("rec__long_task", args)
 
-        runner = threading.Thread(target=run_async, args=(first,))
+        def renew() -> None:
+            while not running.wait(5):
+                assert agent.renew(claim).status_code == 200
+
+        runner, renewer = threading.Thread(target=run_async, args=(first,)), threading.Thread(target=renew)
         runner.start()
+        renewer.start()
         time.sleep(LONG_SECONDS / 2)
         run_async(repeat)
         runner.join()
+        running.set()
+        renewer.join()
 
     assert not answers["first"].is_error and text(answers["first"]) == "created record 1 named long"
     assert text(answers["repeat"]) == text(answers["first"])
