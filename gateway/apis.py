@@ -20,7 +20,10 @@ class _Config(APIView):
 
 
 class DownstreamListApi(_Config):
-    @extend_schema(operation_id="gateway_downstreams", responses={200: s.DownstreamOut(many=True)})
+    @extend_schema(
+        operation_id="gateway_downstreams",
+        responses={200: s.DownstreamOut(many=True), **error_responses(401, 403)},
+    )
     def get(self, request: AuthedRequest) -> Response:
         return Response(selectors.configuration()["downstreams"])
 
@@ -46,7 +49,9 @@ class DownstreamApi(_Config):
 
 
 class ToolRuleListApi(_Config):
-    @extend_schema(operation_id="gateway_rules", responses={200: s.ToolRuleOut(many=True)})
+    @extend_schema(
+        operation_id="gateway_rules", responses={200: s.ToolRuleOut(many=True), **error_responses(401, 403)}
+    )
     def get(self, request: AuthedRequest) -> Response:
         return Response(selectors.configuration()["rules"])
 

@@ -50,7 +50,7 @@ def test_an_operator_configures_the_gateway_and_sees_tool_calls_arrive(page, liv
     row = page.locator("#tool-calls tbody tr").first
     expect(row).to_contain_text("counting/create_record", timeout=10_000)  # the live table, no reload
     expect(row).to_contain_text("UNKNOWN")
-    expect(row).to_contain_text("no answer (UNKNOWN)")
+    expect(row).to_contain_text("no answer (UNKNOWN")
     assert page.evaluate("window.__notReloaded") is True
     shot(page, "20-tool-gateway")
 
