@@ -38,6 +38,13 @@ class IsOperator(_RoleIn):
     message = "only operators (or oncall) may do this"
 
 
+class IsReviewer(_RoleIn):
+    """Reviewing shadow mismatches: reviewers, and operators and on-call, who may do all a reviewer may."""
+
+    roles = frozenset({Role.REVIEWER, Role.OPERATOR, Role.ONCALL})
+    message = "only reviewers, operators or oncall may do this"
+
+
 class IsOncall(_RoleIn):
     roles = frozenset({Role.ONCALL})
     message = "only oncall may do this"

@@ -14,6 +14,8 @@ from django.db.models import Count, Exists, OuterRef, QuerySet
 from . import clock, interleave, tallies
 from .errors import NotFound
 from .models import (
+    Attempt,
+    AttemptEnd,
     AuditEntry,
     DispatchIntent,
     DispatchState,
@@ -432,3 +434,13 @@ def effects_sent(effect_ids: Sequence[str]) -> dict[str, bool]:
         began = state in (DispatchState.SENDING, DispatchState.DELIVERED) and not not_sent
         sent[effect_id] = sent.get(effect_id, False) or began
     return sent
+
+
+def attempt_fenced(task: Task) -> bool:
+    """Whether the task's current attempt was ended by an epoch fence: granted under an older epoch than the
+    namespace's now, or marked so — what its header says instead of "lease expired"."""
+    if task.attempt_id is None:
+        return False
+    if task.scheduler_epoch < task.namespace.scheduler_epoch:
+        return True
+    return Attempt.objects.filter(pk=task.attempt_id, end_reason=AttemptEnd.FENCED).exists()

@@ -16,7 +16,7 @@ from .models import Principal
 from .selectors import effects_sent
 from .services.principals import principal_for_user, ui_role
 
-_RANK = {"viewer": 0, "operator": 1, "oncall": 2}
+_RANK = {"viewer": 0, "reviewer": 1, "operator": 2, "oncall": 3}
 
 # How often a live region of a console page asks again (htmx ``every``): a fence, a stage move or a drain shows
 # within this on every open page.
@@ -78,7 +78,7 @@ def error_page(status: int, title: str, detail: str) -> HttpResponse:
 
 
 def role_required(role: str) -> Callable:
-    """Allow users whose group is at least ``role`` (oncall ⊇ operator ⊇ viewer); 403 otherwise."""
+    """Allow users whose group is at least ``role`` (oncall ⊇ operator ⊇ reviewer ⊇ viewer); 403 otherwise."""
 
     def decorate(view: Callable) -> Callable:
         @login_required
@@ -99,7 +99,7 @@ def role_required(role: str) -> Callable:
 
 def acting(request: HttpRequest) -> Principal:
     principal = principal_for_user(request.user)
-    assert principal is not None, "role_required lets only operators and oncall act"
+    assert principal is not None, "role_required lets only reviewers, operators and oncall act"
     return principal
 
 
@@ -137,3 +137,12 @@ def chart(
         "rows": [[label, *[data[i] for data in series.values()]] for i, label in enumerate(labels)],
         "columns": list(series),
     }
+
+
+def roles(request: HttpRequest) -> dict[str, Any]:
+    """Template context: what the signed-in user's role may do — ``can_operate`` (operators and oncall: stages,
+    reconciles, approvals, configuration) and ``can_review`` (reviewers too: shadow mismatches)."""
+    if not getattr(request, "user", None) or not request.user.is_authenticated:
+        return {"can_operate": False, "can_review": False}
+    rank = _RANK[ui_role(request.user)]
+    return {"can_operate": rank >= _RANK["operator"], "can_review": rank >= _RANK["reviewer"]}

@@ -71,6 +71,7 @@ def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
             request,
             task=task,
             lease_left=(task.lease_expires_at - now).total_seconds() if task.lease_expires_at else None,
+            fenced=selectors.attempt_fenced(task),
             events=task.events.order_by("id"),
             history=selectors.task_lanes(task=task, now=now),
             notes=task_notes(task),

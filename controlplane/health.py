@@ -14,7 +14,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
+from django.templatetags.static import static
 from django.views.decorators.http import require_safe
 
 from . import __version__
@@ -85,3 +86,8 @@ def _broker() -> str:
     finally:
         connection_.release()
     return "ok"
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico whatever the page says: the console's icon (its static file)."""
+    return HttpResponsePermanentRedirect(static("console/favicon.svg"))

@@ -40,6 +40,7 @@ urlpatterns = [
     path("api/legacy/", include(rollout_urls.legacy_urlpatterns)),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),
+    path("favicon.ico", health.favicon),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
 ]

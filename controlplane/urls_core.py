@@ -32,6 +32,7 @@ urlpatterns = [
     ),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),
+    path("favicon.ico", health.favicon),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
 ]

@@ -188,9 +188,11 @@ def incident(namespace: Namespace, now: datetime | None = None) -> dict[str, Any
     }
 
 
-def refused_since(namespace: Namespace, since: datetime, now: datetime) -> dict[str, int]:
-    """Requests refused FENCED at each acceptance point in ``[since, now]`` — what a fence has stopped since it
-    was made — read by the timeline's (namespace, point, at) index."""
+def refused_since(namespace: Namespace, since: datetime, now: datetime) -> dict[str, Any]:
+    """Requests refused at each acceptance point in ``[since, now]`` — what a fence has stopped since it was made —
+    read by the timeline's (namespace, point, at) index, and counted by the contract's outcome word too: FENCED by
+    its reason (EPOCH: a worker from before the fence), CLAIMS_PAUSED apart (idle workers asking a paused namespace
+    for work), and any other refusal by its own word."""
     rows = (
         TaskEvent.objects.filter(
             namespace_id=namespace.id,
@@ -199,13 +201,20 @@ def refused_since(namespace: Namespace, since: datetime, now: datetime) -> dict[
             at__lte=now,
             kind="fenced",
         )
-        .values_list("point")
+        .values_list("point", "detail__outcome", "detail__reason")
         .annotate(n=Count("id"))
     )
-    counts = dict(rows)
+    points: dict[str, int] = {}
+    words: dict[str, int] = {}
+    for point, outcome, reason, n in rows:
+        points[point] = points.get(point, 0) + n
+        word = f"{outcome} ({reason})" if outcome == "FENCED" and reason else (outcome or "refused")
+        words[word] = words.get(word, 0) + n
     return {
-        "total": sum(counts.values()),
-        **{point: counts.get(point, 0) for point in AcceptancePoint.values},
+        "total": sum(points.values()),
+        "fenced": sum(n for word, n in words.items() if word.startswith("FENCED")),
+        "by_word": dict(sorted(words.items(), key=lambda item: (-item[1], item[0]))),
+        **{point: points.get(point, 0) for point in AcceptancePoint.values},
     }
 
 

@@ -25,7 +25,19 @@ from .models import (
 
 
 def _share(part: int, whole: int) -> str:
-    return f"{part}/{whole} ({round(100 * part / whole)} %)" if whole else f"{part}/0"
+    """A count against what a condition needs: "199 of 200 needed", "met: 2303 (200 needed)" — never a rounded
+    100 % that is not met, nor a share over 100 %."""
+    if part >= whole:
+        return f"met: {part} ({whole} needed)"
+    return f"{part} of {whole} needed"
+
+
+def _validated(part: int, whole: int) -> str:
+    """Validated requests of an acceptance point: every one, or how many of how many (the percentage rounded down, so
+    199 of 200 is 99 %, not 100 %)."""
+    if part == whole:
+        return f"all {whole} validated"
+    return f"{part} of {whole} validated ({100 * part // whole} %)"
 
 
 def gate_checklist(
@@ -57,7 +69,7 @@ def gate_checklist(
         for point, p in coverage_now["points"].items():
             covered = (p["total"] and p["validated"] == p["total"]) or (not p["total"] and p["waived"])
             value = (
-                _share(p["validated"], p["total"])
+                _validated(p["validated"], p["total"])
                 if p["total"]
                 else ("waived" if p["waived"] else "no traffic")
             )

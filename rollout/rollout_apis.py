@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from claims.apis import AuthedRequest, error_responses, paginated, parsed
-from claims.permissions import AnyRole, IsOncall, IsOperator, IsWorker
+from claims.permissions import AnyRole, IsOncall, IsOperator, IsReviewer, IsWorker
 from oncall.selectors import age_seconds
 
 from . import selectors
@@ -135,12 +135,14 @@ class MismatchListApi(APIView):
 
 
 class MismatchReviewApi(APIView):
-    permission_classes = [IsOperator]
+    permission_classes = [IsReviewer]
 
     @extend_schema(
         operation_id="mismatch_review",
         request=s.ReviewIn,
-        responses={200: s.MismatchOut, **error_responses(400, 401, 403, 404)},
+        responses={200: s.MismatchOut, **error_responses(400, 401, 403, 404, 409)},
+        description="Mark a mismatch EXPLAINED (a note is required) or BUG. Reviewers, operators and oncall. A "
+        "mismatch already in that status is 409 INVALID_TRANSITION (its review and note are kept).",
     )
     def post(self, request: AuthedRequest, mismatch_id: int) -> Response:
         data = parsed(s.ReviewIn, request)
@@ -150,7 +152,7 @@ class MismatchReviewApi(APIView):
 
 
 class ExplainRuleApi(APIView):
-    permission_classes = [IsOperator]
+    permission_classes = [IsReviewer]
 
     @extend_schema(
         operation_id="explain_rule_create",

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from claims import clock
-from claims.errors import ClaimError
+from claims.errors import ClaimError, InvalidTransition
 from claims.models import (
     Namespace,
 )
@@ -130,7 +130,14 @@ def advance(request: HttpRequest, ns: str) -> HttpResponse:
             reason=request.POST.get("reason", ""),
             override=bool(request.POST.get("override")),
         )
-        messages.success(request, f"Advanced to {stage}. Gate {gate.move}: {gate.why}.")
+        if gate.holds:
+            messages.success(request, f"Advanced to {stage}. Gate {gate.move}: {gate.why}.")
+        else:
+            messages.warning(
+                request,
+                f"Overridden: advanced to {stage} with the gate shut ({gate.why}). "
+                f"Recorded as an override with your reason: {request.POST.get('reason', '').strip()}",
+            )
     except ClaimError as exc:
         report(request, exc)
     return redirect("console:rollout", ns=ns)
@@ -144,7 +151,7 @@ def rollback(request: HttpRequest, ns: str) -> HttpResponse:
             principal=acting(request),
             namespace=ns,
             to_stage=request.POST.get("to_stage", ""),
-            reason=request.POST.get("reason", "").strip() or "rollback from the console",
+            reason=request.POST.get("reason", ""),
             force=bool(request.POST.get("force")),
         )
         if done.finished_at:
@@ -161,18 +168,16 @@ def rollback(request: HttpRequest, ns: str) -> HttpResponse:
 @require_POST
 @role_required("operator")
 def waive(request: HttpRequest, ns: str) -> HttpResponse:
-    """Waive an acceptance point with no traffic in the window (reason required; audited by the service)."""
-    reason, point = request.POST.get("reason", "").strip(), request.POST.get("point", "")
-    if point not in selectors.POINTS:
-        messages.error(request, f"No acceptance point {point!r}: one of {', '.join(selectors.POINTS)}.")
-    elif not reason:
-        messages.error(request, f"A waiver of {point} needs a reason.")
-    else:
-        try:
-            stages.waive_coverage(principal=acting(request), namespace=ns, point=point, reason=reason)
-            messages.success(request, f"{point} waived for this stage: {reason}")
-        except ClaimError as exc:
-            report(request, exc)
+    """Waive an acceptance point with no traffic in the window (the service's rules: a point, a real reason, the
+    V1_READS stage; audited by it)."""
+    point = request.POST.get("point", "")
+    try:
+        stages.waive_coverage(
+            principal=acting(request), namespace=ns, point=point, reason=request.POST.get("reason", "")
+        )
+        messages.success(request, f"{point} waived for this stage: {request.POST.get('reason', '').strip()}")
+    except ClaimError as exc:
+        report(request, exc)
     return redirect("console:rollout", ns=ns)
 
 
@@ -224,7 +229,7 @@ def mismatch_detail(request: HttpRequest, mismatch_id: int) -> HttpResponse:
 
 
 @require_POST
-@role_required("operator")
+@role_required("reviewer")
 def mismatch_mark(request: HttpRequest, mismatch_id: int) -> HttpResponse:
     try:
         mismatch = mismatch_review(
@@ -248,7 +253,7 @@ def mismatch_mark(request: HttpRequest, mismatch_id: int) -> HttpResponse:
 
 
 @require_POST
-@role_required("operator")
+@role_required("reviewer")
 def mismatches_review(request: HttpRequest, ns: str) -> HttpResponse:
     """Review several mismatches of the namespace with one note: each through the review service (its own
     transaction, audited), and what was refused is said."""
@@ -257,7 +262,7 @@ def mismatches_review(request: HttpRequest, ns: str) -> HttpResponse:
     if not chosen:
         messages.error(request, "Select at least one mismatch to review.")
         return redirect("console:mismatches", ns=ns)
-    done = 0
+    done = already = 0
     for mismatch_id in chosen:
         try:
             mismatch_review(
@@ -267,11 +272,18 @@ def mismatches_review(request: HttpRequest, ns: str) -> HttpResponse:
                 note=request.POST.get("note", ""),
             )
             done += 1
+        except InvalidTransition:  # already so: said below, the others still reviewed
+            already += 1
         except ClaimError as exc:
             report(request, exc)
             break
     if done:
         messages.success(
             request, f"{done} mismatch{'es' if done != 1 else ''} marked {request.POST.get('status')}."
+        )
+    if already:
+        messages.info(
+            request,
+            f"{already} already {request.POST.get('status')}: left as they were (their review and note kept).",
         )
     return redirect("console:mismatches", ns=ns)

@@ -335,6 +335,8 @@ class TaskEvent(models.Model):
 
 class Role(models.TextChoices):
     WORKER = "worker"
+    # Reads what a reviewer needs and reviews and explains shadow mismatches; moves no stage, fences nothing.
+    REVIEWER = "reviewer"
     OPERATOR = "operator"
     ONCALL = "oncall"
 

@@ -12,6 +12,8 @@ from django.db import transaction
 from .. import clock
 from ..errors import Invalid
 from ..models import Principal, Role, Token
+from ..validation import real_text
+from ._base import audit
 
 TOKEN_PREFIX = "cp_"
 
@@ -29,15 +31,29 @@ def _tokens_changed(key_hash: str | None) -> None:
     transaction.on_commit(lambda: [forget(key_hash) for forget in on_tokens_changed])
 
 
-def token_revoke(*, token_id: int) -> bool:
+def token_revoke(*, token_id: int, principal: Principal | None = None, reason: str = "") -> bool:
     """Revoke a token: from now on it authenticates nothing — at once in this process, within
-    ``TOKEN_CACHE_SECONDS`` in every other (``claims.auth``). False when it was already revoked."""
+    ``TOKEN_CACHE_SECONDS`` in every other (``claims.auth``). False when it was already revoked. Done by an operator
+    (``principal``) it needs a real reason, and is audited with it: the token's holder stops working at once."""
+    if principal is not None:
+        reason = real_text(
+            reason, why="A revocation needs a reason: whoever holds the token stops working at once."
+        )
     with transaction.atomic(durable=True):
-        token = Token.objects.select_for_update().filter(pk=token_id).first()
+        token = Token.objects.select_for_update().select_related("principal").filter(pk=token_id).first()
         if token is None or token.revoked_at is not None:
             return False
         token.revoked_at = clock.now()
         token.save(update_fields=["revoked_at"])
+        if principal is not None:
+            audit(
+                principal=principal,
+                action="token_revoke",
+                at=token.revoked_at,
+                target=f"{token.prefix}… of {token.principal.name}",
+                reason=reason,
+                detail={"holder": token.principal.name, "role": token.principal.role},
+            )
         _tokens_changed(token.key_hash)
     return True
 
@@ -80,7 +96,7 @@ def principal_ensure(*, name: str, role: str) -> Principal:
     return principal
 
 
-UI_ROLES = ("oncall", "operator")  # strongest first; a user in neither group is a viewer
+UI_ROLES = ("oncall", "operator", "reviewer")  # strongest first; a user in none of these groups is a viewer
 
 
 def ui_role(user) -> str:

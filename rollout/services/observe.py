@@ -32,6 +32,7 @@ from claims import services as core
 from claims.digest import digest
 from claims.errors import ClaimError, Fenced
 from claims.models import Namespace, Role, Task
+from claims.validation import real_text
 
 from .. import pgoutput
 from ..legacy import LegacyVerdict, legacy_store
@@ -91,6 +92,9 @@ def resnapshot(*, principal: Any, reason: str) -> ObserverPosition:
     new slot's start are never judged (the runbook says so). The pre-flight runs again first."""
     if principal.role != Role.ONCALL:
         raise ObserveRefused(f"{principal.name} is {principal.role}: a resnapshot is oncall's")
+    reason = real_text(
+        reason, why="A resnapshot needs a reason: the legacy decisions in the gap are never judged."
+    )
     store = legacy_store()
     slot = settings.LEGACY_OBSERVE_SLOT
     with connections[store.mapping.database].cursor() as cursor:  # type: ignore[attr-defined]

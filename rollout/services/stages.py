@@ -18,6 +18,7 @@ from claims import clock, interleave, services
 from claims.errors import ClaimsPaused, Forbidden, InvalidTransition
 from claims.models import Namespace, Principal, Role
 from claims.services import audit
+from claims.validation import one_of, real_text
 
 from .. import selectors
 from ..models import CoverageWaiver, DrainSnapshot, GateEvaluation, Rollback, Stage, StageChange
@@ -218,6 +219,8 @@ def advance(
     """
     if override and principal.role != Role.ONCALL:
         raise Forbidden("only oncall may override a gate")
+    if override:
+        reason = real_text(reason, why="An override needs a reason: it moves the stage with the gate shut.")
     with transaction.atomic(durable=True):
         locked = state.lock(name=namespace)
         hold, stage = locked.hold, locked.stage
@@ -278,7 +281,20 @@ def _enqueue_import(import_id: int) -> None:
 
 
 def waive_coverage(*, principal: Principal, namespace: str, point: str, reason: str) -> CoverageWaiver:
+    """Waive an acceptance point with no traffic in the window — counted by the V1_READS → V1_WRITES gate only, so
+    refused in any other stage (its gate has no coverage condition to waive)."""
+    one_of(point, selectors.POINTS, field="point")
+    reason = real_text(
+        reason, why="A waiver needs a reason: it lets the gate pass without that point's traffic."
+    )
     ns = selectors.namespace_or_404(namespace)
+    stage = selectors.stage_of(ns)
+    if stage != Stage.V1_READS:
+        raise InvalidTransition(
+            f"coverage counts only in the gate out of V1_READS; {ns.name} is in {stage}, whose gate has no "
+            "coverage condition to waive",
+            current={"stage": stage},
+        )
     with transaction.atomic(durable=True):
         now = clock.now()
         waiver = CoverageWaiver.objects.create(
@@ -313,6 +329,11 @@ def rollback(
     is one naming another target: it never answers as if it had started something."""
     if principal.role != Role.ONCALL:
         raise Forbidden("rollback is oncall's")
+    reason = real_text(
+        reason,
+        why="A rollback needs a reason: it fences every worker of the namespace"
+        + (" and, forced, finishes without a clean drain." if force else "."),
+    )
     with transaction.atomic(durable=True):
         locked = state.lock(name=namespace)
         hold = locked.hold

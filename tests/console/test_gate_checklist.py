@@ -35,7 +35,7 @@ def test_a_shut_shadow_gate_reads_as_a_checklist_with_links_and_no_advance_for_a
         rows["compared operations in the window"]["value"],
         rows["compared operations in the window"]["ok"],
     ) == (
-        "0/3 (0 %)",
+        "0 of 3 needed",
         False,
     )
     assert (
@@ -60,10 +60,20 @@ def test_a_point_with_no_traffic_is_waived_from_the_checklist_and_audited(operat
     gate_check("reads")
     after = {row["label"]: row for row in ui.get("/ns/reads/").context["checklist"]}
 
-    assert before["validated at claim"]["value"] == "1/1 (100 %)" and before["validated at claim"]["ok"]
+    assert before["validated at claim"]["value"] == "all 1 validated" and before["validated at claim"]["ok"]
     assert (
         before["validated at effect"]["value"] == "no traffic" and before["validated at effect"]["waivable"]
     )
     assert after["validated at effect"]["value"] == "waived" and after["validated at effect"]["ok"]
     assert CoverageWaiver.objects.get(namespace="reads").point == "effect"
     assert AuditEntry.objects.filter(action="coverage_waive", principal="ui:operator-user").exists()
+
+
+def test_gate_figures_never_round_up_to_met_nor_pass_100_percent():
+    """Issue 36: "199/200 (100 %)" was shown for a gate not met, and "2303/200 (1152 %)"."""
+    from rollout.console import _share, _validated
+
+    assert _share(199, 200) == "199 of 200 needed"
+    assert _share(2303, 200) == "met: 2303 (200 needed)"
+    assert _validated(199, 200) == "199 of 200 validated (99 %)"
+    assert _validated(200, 200) == "all 200 validated"

@@ -85,6 +85,9 @@ def test_the_pages_say_what_the_fence_has_refused_since(oncall, operator, worker
     recorded = TaskEvent.objects.filter(kind="fenced", at__gte=page.context["incident"]["paused_by"].at)
     assert refused["total"] == recorded.count() == 3
     assert (refused["commit"], refused["renew"], refused["claim"]) == (1, 1, 1)
+    # Issue 36: counted by the contract's outcome word — the paused claim is not a FENCED refusal.
+    assert refused["fenced"] == 2 and refused["by_word"] == {"FENCED (EPOCH)": 2, "CLAIMS_PAUSED": 1}
+    assert b"<strong>2</strong> requests refused FENCED, 3 refused in all" in page.content
     assert b'id="refused-since"' in page.content and b'id="resume-form"' in page.content
 
 

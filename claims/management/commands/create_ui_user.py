@@ -8,11 +8,11 @@ from django.core.management.base import BaseCommand
 
 
 class Command(BaseCommand):
-    help = "Create (or update) an operator-console user with a role: viewer, operator or oncall."
+    help = "Create (or update) an operator-console user with a role: viewer, reviewer, operator or oncall."
 
     def add_arguments(self, parser):
         parser.add_argument("--username", required=True)
-        parser.add_argument("--role", required=True, choices=["viewer", "operator", "oncall"])
+        parser.add_argument("--role", required=True, choices=["viewer", "reviewer", "operator", "oncall"])
         parser.add_argument("--password", default=None, help="default: a random one, printed")
 
     def handle(self, *args, username: str, role: str, password: str | None, **options):

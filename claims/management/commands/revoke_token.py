@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import json
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from claims.models import Token
+from claims.errors import ClaimError
+from claims.models import Principal, Role, Token
 from claims.services import token_revoke
 
 
@@ -15,8 +18,19 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("token", help="the token, or its 10-character prefix (cp_…)")
+        parser.add_argument(
+            "--reason", required=True, help="why: audited (whoever holds it stops working at once)"
+        )
+        parser.add_argument(
+            "--as", dest="principal", required=True, help="the operator or on-call revoking it"
+        )
 
-    def handle(self, *args, token: str, **options):
+    def handle(self, *args, token: str, reason: str, principal: str, **options):
+        who = Principal.objects.filter(name=principal, role__in=[Role.OPERATOR, Role.ONCALL]).first()
+        if who is None:
+            raise CommandError(
+                f"--as {principal}: no operator or oncall principal of that name (issue_token)"
+            )
         matches = list(
             Token.objects.filter(prefix=token[:10], revoked_at__isnull=True).select_related("principal")
         )
@@ -28,7 +42,10 @@ class Command(BaseCommand):
             raise CommandError("no live token with that prefix")
         if len(matches) > 1:
             raise CommandError(f"{len(matches)} live tokens share that prefix: give the whole token")
-        token_revoke(token_id=matches[0].pk)
+        try:
+            token_revoke(token_id=matches[0].pk, principal=who, reason=reason)
+        except ClaimError as exc:
+            raise CommandError(json.dumps(exc.body(), default=str)) from None
         self.stdout.write(
             f"revoked {matches[0].prefix}… of {matches[0].principal.name}; every process refuses it within "
             f"{settings.TOKEN_CACHE_SECONDS} s"

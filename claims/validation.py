@@ -1,0 +1,23 @@
+"""Rules an action's input must meet whatever door it came through — the console's forms, the REST API, ``claimctl``
+— checked once, by the service that performs the action (the API's serializers check types and shapes first; this is
+where what the input means is judged). A failed rule is ``Invalid`` with the field named, before anything is written."""
+
+from __future__ import annotations
+
+from .errors import Invalid
+
+
+def real_text(value: str | None, *, field: str = "reason", why: str) -> str:
+    """``value`` with its surrounding whitespace removed; ``Invalid`` naming ``field`` when nothing is left (empty,
+    missing, or only spaces — a reason must be real text)."""
+    text = (value or "").strip()
+    if not text:
+        raise Invalid({field: [why]})
+    return text
+
+
+def one_of(value: str | None, choices: list[str] | tuple[str, ...], *, field: str) -> str:
+    """``value`` when it is one of ``choices``; ``Invalid`` naming ``field`` otherwise."""
+    if value is None or value not in choices:
+        raise Invalid({field: [f"Must be one of {', '.join(choices)}."]})
+    return value
