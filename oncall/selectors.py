@@ -221,7 +221,7 @@ def refused_since(namespace: Namespace, since: datetime, now: datetime) -> dict[
 def overview(now: datetime | None = None) -> list[dict[str, Any]]:
     """The incident board: every namespace's incident facts (``incident``: epoch, pause and who and why, the gate,
     the rollback and what it waits on, self-checks waiting, jobs behind) and its drain figures, read at one clock;
-    those in trouble first, then those whose gate holds, then the rest, by name."""
+    by urgency (``_urgency``), then those whose gate holds, then the rest, by name."""
     now = now or clock.now()
     rows = [
         {"ns": ns, "drain": drain_counts(ns, now=now), **incident(ns, now)}
@@ -230,7 +230,20 @@ def overview(now: datetime | None = None) -> list[dict[str, Any]]:
     for row in rows:
         row["trouble"] = _trouble(row)
         row["can_advance"] = bool(row.get("gate") and row["gate"].holds and not row["rollback"])
-    return sorted(rows, key=lambda row: (not row["trouble"], not row["can_advance"], row["ns"].name))
+    return sorted(rows, key=_urgency)
+
+
+def _urgency(row: dict[str, Any]) -> tuple[Any, ...]:
+    """The board's order: namespaces in trouble first — among them those with a stale writer's commit accepted,
+    then the one whose oldest unexplained mismatch has waited longest — then those whose gate holds, then by
+    name."""
+    return (
+        not row["trouble"],
+        not row.get("stale_writers"),
+        -(row.get("oldest_mismatch_age") or 0),
+        not row["can_advance"],
+        row["ns"].name,
+    )
 
 
 def _trouble(row: dict[str, Any]) -> list[str]:

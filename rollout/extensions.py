@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.db.models import Count, Min, Q
 from django.urls import reverse
 
 from claims.models import Namespace, Task
@@ -40,9 +41,23 @@ def rollout_facts(namespace: Namespace, now: datetime) -> dict[str, Any]:
         "rollback_waits_on": selectors.drain_now(namespace) if rollback else None,
         "last_drain_check_age": snapshot_age,
         "jobs_behind": behind,
-        "mismatches": Mismatch.objects.filter(
-            namespace=namespace.name, status__in=[MismatchStatus.OPEN, MismatchStatus.BUG]
-        ).count(),
+        **_unexplained(namespace, now),
+    }
+
+
+def _unexplained(namespace: Namespace, now: datetime) -> dict[str, Any]:
+    """The mismatches awaiting review: how many, how long the oldest has waited, and how many are a stale writer's
+    commit accepted (the incident board puts these first)."""
+    waiting = Mismatch.objects.filter(
+        namespace=namespace.name, status__in=[MismatchStatus.OPEN, MismatchStatus.BUG]
+    )
+    figures = waiting.aggregate(
+        n=Count("id"), oldest=Min("at"), stale=Count("id", filter=Q(reason="STALE_COMMIT_ACCEPTED"))
+    )
+    return {
+        "mismatches": figures["n"],
+        "oldest_mismatch_age": age_seconds(figures["oldest"], now) if figures["oldest"] else None,
+        "stale_writers": figures["stale"],
     }
 
 

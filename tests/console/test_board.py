@@ -65,3 +65,33 @@ def test_on_call_resumes_from_the_board_and_a_viewer_sees_no_actions(oncall, def
     assert resumed.status_code == 302 and resumed["Location"] == "/"
     assert Namespace.objects.get(name="default").claims_paused is False
     assert AuditEntry.objects.filter(action="namespace_resume", reason="drill over").exists()
+
+
+def test_the_board_orders_trouble_by_urgency_before_name(operator):
+    """Issue 36: the namespace with a stale writer was third, below the fold at 390 px, because cards in trouble were
+    sorted by name. Now: a stale writer's accepted commit first, then the oldest unexplained mismatch."""
+    from datetime import timedelta
+
+    from claims import clock
+    from rollout.models import Mismatch
+
+    for name in ("aaa-young", "mmm-old", "zzz-stale"):
+        assert operator.post("/namespaces", {"name": name, "stage": "SHADOW"}).status_code == 201
+    now = clock.now()
+    for name, reason, age in (
+        ("aaa-young", "WINNER_DIFFERS", 10),
+        ("mmm-old", "WINNER_DIFFERS", 3600),
+        ("zzz-stale", "STALE_COMMIT_ACCEPTED", 5),
+    ):
+        Mismatch.objects.create(
+            namespace=name, task_id=operator.create(namespace=name).json()["task_id"], operation="complete",
+            api="legacy", legacy={}, v1={}, reason=reason, at=now - timedelta(seconds=age),
+        )  # fmt: skip
+
+    rows = login("viewer").get("/", {"part": "live"}).context["rows"]
+
+    assert [row["ns"].name for row in rows][:3] == ["zzz-stale", "mmm-old", "aaa-young"]
+    assert (
+        _card(rows, "zzz-stale")["stale_writers"] == 1
+        and _card(rows, "mmm-old")["oldest_mismatch_age"] >= 3600
+    )
