@@ -4,6 +4,9 @@ Every action checks the role and goes through a service, which writes the audit 
 
 from __future__ import annotations
 
+from typing import Any
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
@@ -181,17 +184,25 @@ def waive(request: HttpRequest, ns: str) -> HttpResponse:
     return redirect("console:rollout", ns=ns)
 
 
+def _filtered(ns: str, query: Any) -> tuple[Any, dict[str, str]]:
+    """The namespace's mismatches as the list's filter (``reason``, ``status``, ``task``) shows them, newest first,
+    at most 200 — and the filter, to keep it across a review."""
+    chosen = {key: query.get(key, "") for key in ("reason", "status", "task")}
+    rows = Mismatch.objects.filter(namespace=ns)
+    if chosen["task"]:  # one task's mismatches (linked from its page)
+        rows = rows.filter(task_id=chosen["task"])
+    if chosen["reason"]:
+        rows = rows.filter(reason=chosen["reason"])
+    if chosen["status"]:
+        rows = rows.filter(status=chosen["status"])
+    return rows.order_by("-at")[:200], {key: value for key, value in chosen.items() if value}
+
+
 @role_required("viewer")
 def mismatches(request: HttpRequest, ns: str) -> HttpResponse:
     namespace = get_object_or_404(Namespace, name=ns)
-    rows = Mismatch.objects.filter(namespace=ns)
-    reason, status = request.GET.get("reason", ""), request.GET.get("status", "")
-    if task_id := request.GET.get("task", ""):  # one task's mismatches (linked from its page)
-        rows = rows.filter(task_id=task_id)
-    if reason:
-        rows = rows.filter(reason=reason)
-    if status:
-        rows = rows.filter(status=status)
+    rows, chosen = _filtered(ns, request.GET)
+    reason, status = chosen.get("reason", ""), chosen.get("status", "")
     grouped = (
         Mismatch.objects.filter(namespace=ns)
         .values("reason")
@@ -209,8 +220,9 @@ def mismatches(request: HttpRequest, ns: str) -> HttpResponse:
             request,
             ns=namespace,
             incident=oncall_selectors.incident(namespace),
-            rows=rows.order_by("-at")[:200],
+            rows=rows,
             grouped=grouped,
+            kept_filter=chosen,
             reason=reason,
             status=status,
             reasons=list(MismatchReason.values),
@@ -257,11 +269,18 @@ def mismatch_mark(request: HttpRequest, mismatch_id: int) -> HttpResponse:
 def mismatches_review(request: HttpRequest, ns: str) -> HttpResponse:
     """Review several mismatches of the namespace with one note: each through the review service (its own
     transaction, audited), and what was refused is said."""
-    ids = [int(i) for i in request.POST.getlist("ids") if i.isdigit() and len(i) < 19]  # bigints only
-    chosen = list(Mismatch.objects.filter(namespace=ns, pk__in=ids).values_list("pk", flat=True))
+    shown, kept = _filtered(
+        ns, {key[2:]: value for key, value in request.POST.items() if key.startswith("f_")}
+    )
+    back = reverse("console:mismatches", args=[ns]) + (f"?{urlencode(kept)}" if kept else "")
+    if request.POST.get("all_shown") == "on":  # every mismatch the filter shows, not only those ticked
+        chosen = [m.pk for m in shown]
+    else:
+        ids = [int(i) for i in request.POST.getlist("ids") if i.isdigit() and len(i) < 19]  # bigints only
+        chosen = list(Mismatch.objects.filter(namespace=ns, pk__in=ids).values_list("pk", flat=True))
     if not chosen:
-        messages.error(request, "Select at least one mismatch to review.")
-        return redirect("console:mismatches", ns=ns)
+        messages.error(request, "Select at least one mismatch to review (or tick “all shown”).")
+        return redirect(back)
     done = already = 0
     for mismatch_id in chosen:
         try:
@@ -286,4 +305,4 @@ def mismatches_review(request: HttpRequest, ns: str) -> HttpResponse:
             request,
             f"{already} already {request.POST.get('status')}: left as they were (their review and note kept).",
         )
-    return redirect("console:mismatches", ns=ns)
+    return redirect(back)

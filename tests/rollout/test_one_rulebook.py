@@ -174,3 +174,37 @@ def test_revoking_a_token_needs_a_reason_and_an_operator_and_is_audited(people):
     assert Token.objects.get(principal__name="agent-z").revoked_at is not None
     entry = AuditEntry.objects.get(action="token_revoke")
     assert (entry.principal, entry.reason) == ("olivia-operator", "leaked in a log")
+
+
+def test_a_bulk_review_can_take_every_mismatch_the_filter_shows_and_keeps_the_filter(people):
+    """Issue 36: no select-all, and the filter was dropped after a bulk review."""
+    operator, _ = people
+    assert operator.post("/namespaces", {"name": "shady", "stage": "SHADOW"}).status_code == 201
+    task_id = operator.create(namespace="shady").json()["task_id"]
+    for reason in ("STALE_COMMIT_ACCEPTED", "STALE_COMMIT_ACCEPTED", "WINNER_DIFFERS"):
+        Mismatch.objects.create(
+            namespace="shady", task_id=task_id, operation="complete", api="legacy", legacy={}, v1={},
+            reason=reason, at=clock.now(),
+        )  # fmt: skip
+    ui = login("reviewer")
+    page = ui.get("/ns/shady/mismatches", {"reason": "STALE_COMMIT_ACCEPTED"})
+    assert (
+        b'name="f_reason" value="STALE_COMMIT_ACCEPTED"' in page.content and b'id="all-shown"' in page.content
+    )
+
+    done = ui.post(
+        "/ns/shady/mismatches/review",
+        {
+            "all_shown": "on",
+            "f_reason": "STALE_COMMIT_ACCEPTED",
+            "status": "EXPLAINED",
+            "note": "the drill's writer",
+        },
+    )
+
+    assert done.status_code == 302 and done["Location"] == "/ns/shady/mismatches?reason=STALE_COMMIT_ACCEPTED"
+    assert sorted(Mismatch.objects.values_list("reason", "status")) == [
+        ("STALE_COMMIT_ACCEPTED", "EXPLAINED"),
+        ("STALE_COMMIT_ACCEPTED", "EXPLAINED"),
+        ("WINNER_DIFFERS", "OPEN"),
+    ]
