@@ -108,8 +108,13 @@ def report(request: HttpRequest, exc: ClaimError) -> None:
     body = exc.body()
     word = body.get("outcome", "ERROR")
     reason = body.get("reason")
-    detail = body.get("detail") or "; ".join(f"{k}: {' '.join(v)}" for k, v in body.get("errors", {}).items())
-    messages.error(request, f"{word}{f' ({reason})' if reason and reason != word else ''}: {detail}")
+    errors = body.get("errors", {})
+    detail = body.get("detail") or "; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items())
+    # The first field named: the page puts the keyboard there (static/console/focus.js).
+    tags = f"field-{next(iter(errors))}" if errors else ""
+    messages.error(
+        request, f"{word}{f' ({reason})' if reason and reason != word else ''}: {detail}", extra_tags=tags
+    )
 
 
 def chart(
