@@ -17,7 +17,7 @@ from oncall.selectors import Lease, age_seconds, live_tasks
 
 from . import selectors
 from .legacy import legacy_store
-from .models import Mismatch, MismatchStatus, ObserverPosition, Stage, WorkerRegistration
+from .models import Mismatch, MismatchReason, MismatchStatus, ObserverPosition, Stage, WorkerRegistration
 
 
 @extensions.namespace_facts
@@ -52,7 +52,9 @@ def _unexplained(namespace: Namespace, now: datetime) -> dict[str, Any]:
         namespace=namespace.name, status__in=[MismatchStatus.OPEN, MismatchStatus.BUG]
     )
     figures = waiting.aggregate(
-        n=Count("id"), oldest=Min("at"), stale=Count("id", filter=Q(reason="STALE_COMMIT_ACCEPTED"))
+        n=Count("id"),
+        oldest=Min("at"),
+        stale=Count("id", filter=Q(reason=MismatchReason.STALE_COMMIT_ACCEPTED)),
     )
     return {
         "mismatches": figures["n"],
