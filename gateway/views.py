@@ -72,7 +72,7 @@ def downstream_save(request: HttpRequest) -> HttpResponse:
             prefix=post.get("prefix", "").strip() or post.get("name", "").strip(),
             transport=post.get("transport", ""),
             command=[line.strip() for line in post.get("command", "").splitlines() if line.strip()],
-            env=_json_field(post.get("env", ""), "env", dict),  # type: ignore[arg-type]
+            env=_json_field(post.get("env", ""), "env", dict),
             url=post.get("url", "").strip(),
             call_timeout_seconds=_seconds(post.get("call_timeout_seconds", "")),
             trust_annotations=post.get("trust_annotations") == "on",

@@ -46,7 +46,13 @@ def _check_downstream(
         raise Invalid(errors)
 
 
-def downstream_save(
+def downstream_save(*, principal: Principal, name: str, **server: Any) -> Downstream:
+    """Create or change a downstream server (by ``name``; ``server``: the fields of ``_save_downstream``); audited."""
+    with transaction.atomic(durable=True):
+        return _save_downstream(principal=principal, name=name, **server)
+
+
+def _save_downstream(
     *,
     principal: Principal,
     name: str,
@@ -58,35 +64,6 @@ def downstream_save(
     call_timeout_seconds: float = 30.0,
     trust_annotations: bool = False,
     enabled: bool = True,
-) -> Downstream:
-    """Create or change a downstream server (by ``name``); audited."""
-    with transaction.atomic(durable=True):
-        return _save_downstream(
-            principal=principal,
-            name=name,
-            prefix=prefix,
-            transport=transport,
-            command=command,
-            env=env,
-            url=url,
-            call_timeout_seconds=call_timeout_seconds,
-            trust_annotations=trust_annotations,
-            enabled=enabled,
-        )
-
-
-def _save_downstream(
-    *,
-    principal: Principal,
-    name: str,
-    prefix: str,
-    transport: str,
-    command: list[str] | None,
-    env: dict[str, str] | None,
-    url: str,
-    call_timeout_seconds: float,
-    trust_annotations: bool,
-    enabled: bool,
 ) -> Downstream:
     command = list(command or [])
     _check_downstream(

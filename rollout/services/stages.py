@@ -287,24 +287,24 @@ def waive_coverage(*, principal: Principal, namespace: str, point: str, reason: 
     reason = real_text(
         reason, why="A waiver needs a reason: it lets the gate pass without that point's traffic."
     )
-    ns = selectors.namespace_or_404(namespace)
-    stage = selectors.stage_of(ns)
-    if stage != Stage.V1_READS:
-        raise InvalidTransition(
-            f"coverage counts only in the gate out of V1_READS; {ns.name} is in {stage}, whose gate has no "
-            "coverage condition to waive",
-            current={"stage": stage},
-        )
     with transaction.atomic(durable=True):
-        now = clock.now()
+        # Decided on the stage read under the namespace row lock every stage change takes first, clock after it.
+        locked = state.lock(name=namespace)
+        if locked.stage != Stage.V1_READS:
+            raise InvalidTransition(
+                f"coverage counts only in the gate out of V1_READS; {namespace} is in {locked.stage}, whose gate "
+                "has no coverage condition to waive",
+                current={"stage": locked.stage},
+            )
+        now = locked.hold.now
         waiver = CoverageWaiver.objects.create(
-            namespace=ns.name, point=point, reason=reason, principal=principal.name, at=now
+            namespace=locked.hold.name, point=point, reason=reason, principal=principal.name, at=now
         )
         audit(
             principal=principal,
             action="coverage_waive",
             at=now,
-            namespace=ns.name,
+            namespace=locked.hold.name,
             target=point,
             reason=reason,
         )
