@@ -8,6 +8,7 @@ from django.db import IntegrityError, transaction
 
 from .. import clock
 from ..errors import NamespaceExists, PauseHeld
+from ..validation import real_text
 from ..models import (
     Attempt,
     AttemptEnd,
@@ -65,6 +66,7 @@ def epoch_fence(
        never depends on it — it compares epochs.
     4. Audit, with the principal and reason.
     """
+    reason = real_text(reason, why="A fence needs a reason: it goes to the audit log.")
     with transaction.atomic(savepoint=False):
         ns = namespace_lock(name=namespace)
         if (

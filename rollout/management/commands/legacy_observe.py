@@ -11,6 +11,8 @@ import time
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
+from claims.errors import ClaimError
+from claims.management.commands._common import fail
 from claims.models import Principal
 from rollout.services import observe, observers
 
@@ -36,7 +38,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, setup=False, once=False, interval=1.0, limit=1000, resnapshot=None, **options):
         try:
-            if resnapshot:
+            if resnapshot is not None:  # an empty reason is refused, never read as 'observe'
                 who = Principal.objects.filter(name=options["principal"] or "").first()
                 if who is None:
                     raise CommandError(
@@ -66,3 +68,5 @@ class Command(BaseCommand):
                 time.sleep(interval)
         except (observe.ObserveRefused, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from None
+        except ClaimError as exc:
+            raise fail(exc) from None
