@@ -19,3 +19,15 @@ class ClaimsConfig(AppConfig):
 
         metrics.register()
         job_signals.connect()
+
+        from django.contrib.auth.signals import user_logged_in
+
+        user_logged_in.connect(_principal_at_sign_in, dispatch_uid="claims.principal_at_sign_in")
+
+
+def _principal_at_sign_in(sender, request, user, **kwargs) -> None:
+    """A console user's principal (``ui:<username>``, its role from the user's group) is made or brought in step
+    when they sign in — a POST — so that a refused action later writes nothing, not even the principal."""
+    from .services.principals import principal_for_user
+
+    principal_for_user(user)

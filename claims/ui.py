@@ -117,6 +117,37 @@ def report(request: HttpRequest, exc: ClaimError) -> None:
     )
 
 
+def refused(
+    request: HttpRequest,
+    exc: ClaimError,
+    *,
+    form: str,
+    again: Callable[[], HttpResponse],
+    back: Callable[[], HttpResponse],
+) -> HttpResponse:
+    """A console form the service refused. Field errors (``Invalid``, the same the API answers 400 with): the page
+    ``again``, status 400, each error beside its field (templatetags/console_forms.py) and what was typed kept —
+    ``form`` names which form on the page. Any other refusal (a 409's outcome word): said as the API says it,
+    then ``back`` to the page."""
+    report(request, exc)
+    errors = exc.body().get("errors")
+    if not errors:
+        return back()
+    request.refused = {  # type: ignore[attr-defined]
+        "form": form,
+        "errors": {name: " ".join(map(str, why)) for name, why in errors.items()},
+        "typed": request.POST,
+    }
+    response = again()
+    response.status_code = 400
+    return response
+
+
+def refusal(request: HttpRequest) -> dict[str, Any]:
+    """Template context: the refused form of this request, if any (``refused``)."""
+    return {"refused": getattr(request, "refused", None)}
+
+
 def chart(
     *,
     kind: str,

@@ -15,7 +15,7 @@ from . import clock, selectors, services
 from .errors import ClaimError, Invalid
 from .models import Effect, EffectState, Task, TaskState
 from .services.principals import ui_role
-from .ui import acting, labelled, report, role_required, task_notes
+from .ui import acting, labelled, refused, role_required, task_notes
 
 
 def _ctx(request: HttpRequest, **extra) -> dict:
@@ -88,7 +88,10 @@ def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
 def effects(request: HttpRequest) -> HttpResponse:
     """The backlog: UNKNOWN effects to reconcile and NON_REPLAYABLE ones awaiting approval — of one namespace with
     ``?ns=`` (a rollback's blockers link here so)."""
-    ns = request.GET.get("ns", "").strip()
+    return _effects_page(request, request.GET.get("ns", "").strip())
+
+
+def _effects_page(request: HttpRequest, ns: str) -> HttpResponse:
     unknown = Effect.objects.filter(state=EffectState.UNKNOWN).select_related("task").order_by("updated_at")
     awaiting = (
         Effect.objects.filter(non_replayable=True, approved_at__isnull=True)
@@ -116,6 +119,20 @@ def effects(request: HttpRequest) -> HttpResponse:
 @role_required("operator")
 def effect_reconcile(request: HttpRequest, effect_id: str) -> HttpResponse:
     observed = request.POST.get("observed", "")
+
+    def back() -> HttpResponse:
+        if request.POST.get("back_to_task"):  # reconciled from the task's own page: back to the effect's task
+            task_id = Effect.objects.filter(pk=effect_id).values_list("task_id", flat=True).first()
+            if task_id is not None:
+                return redirect("console:task", task_id=task_id)
+        return _back_to_effects(request)
+
+    def again() -> HttpResponse:
+        task_id = Effect.objects.filter(pk=effect_id).values_list("task_id", flat=True).first()
+        if request.POST.get("back_to_task") and task_id is not None:
+            return task_detail(request, task_id)
+        return _effects_page(request, request.POST.get("ns", "").strip())
+
     try:
         if observed == "NOT_OCCURRED" and request.POST.get("confirm") != "on":
             # The console's confirmation; the reason is the service's rule, the API's too.
@@ -127,18 +144,17 @@ def effect_reconcile(request: HttpRequest, effect_id: str) -> HttpResponse:
             external_ref=request.POST.get("external_ref") or None,
             reason=request.POST.get("reason", ""),
         )
-        messages.success(
-            request,
-            f"Effect {effect_id[:12]}… reconciled: now {effect.state}"
-            + (" — it will be sent again under the same key." if effect.state == "PREPARED" else "."),
-        )
     except ClaimError as exc:
-        report(request, exc)
-    if request.POST.get("back_to_task"):  # reconciled from the task's own page: back to the effect's task
-        task_id = Effect.objects.filter(pk=effect_id).values_list("task_id", flat=True).first()
-        if task_id is not None:
-            return redirect("console:task", task_id=task_id)
-    return _back_to_effects(request)
+        return refused(request, exc, form=f"reconcile-{effect_id[:16]}", again=again, back=back)
+    if effect.state == "PREPARED":
+        messages.warning(
+            request,
+            f"Recorded: effect {effect_id[:12]}… did not occur. It is PREPARED again and will be sent again under "
+            "the same key.",
+        )
+    else:
+        messages.success(request, f"Recorded: effect {effect_id[:12]}… occurred; it is now {effect.state}.")
+    return back()
 
 
 def _back_to_effects(request: HttpRequest) -> HttpResponse:
@@ -155,9 +171,15 @@ def effect_approve(request: HttpRequest, effect_id: str) -> HttpResponse:
         services.effect_approve(
             principal=acting(request), effect_id=effect_id, note=request.POST.get("note", "")
         )
-        messages.success(request, f"Effect {effect_id[:12]}… approved.")
     except ClaimError as exc:
-        report(request, exc)
+        return refused(
+            request,
+            exc,
+            form=f"approve-{effect_id[:16]}",
+            again=lambda: _effects_page(request, request.POST.get("ns", "").strip()),
+            back=lambda: _back_to_effects(request),
+        )
+    messages.success(request, f"Approved: effect {effect_id[:12]}… may run once.")
     return _back_to_effects(request)
 
 

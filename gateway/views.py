@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 from claims import clock
 from claims.errors import ClaimError, Invalid
 from claims.services.principals import ui_role
-from claims.ui import LIVE_REFRESH_SECONDS, acting, report, role_required
+from claims.ui import LIVE_REFRESH_SECONDS, acting, refused, role_required
 
 from . import selectors, services
 from .models import Occurred, SlotFrom, ToolKind, Transport
@@ -78,9 +78,13 @@ def downstream_save(request: HttpRequest) -> HttpResponse:
             trust_annotations=post.get("trust_annotations") == "on",
             enabled=post.get("enabled", "on") == "on",
         )
-        messages.success(request, f"Saved server {post.get('name')}.")
     except ClaimError as exc:
-        report(request, exc)
+        return refused(request, exc, form="downstream", again=lambda: gateway_page(request), back=_back)
+    messages.success(request, f"Saved server {post.get('name')}.")
+    return _back()
+
+
+def _back() -> HttpResponse:
     return redirect("console:gateway")
 
 
@@ -102,7 +106,7 @@ def tool_rule_set(request: HttpRequest) -> HttpResponse:
             occurred_if=post.get("occurred_if", Occurred.NOT_ERROR),
             occurred_text=post.get("occurred_text", ""),
         )
-        messages.success(request, f"Saved the rule of {post.get('downstream')}/{post.get('tool')}.")
     except ClaimError as exc:
-        report(request, exc)
-    return redirect("console:gateway")
+        return refused(request, exc, form="rule", again=lambda: gateway_page(request), back=_back)
+    messages.success(request, f"Saved the rule of {post.get('downstream')}/{post.get('tool')}.")
+    return _back()

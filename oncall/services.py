@@ -35,6 +35,7 @@ def fence(
     the same form finds its fence and fences nothing more). The self-check is the caller's next step."""
     if principal.role != Role.ONCALL:
         raise Forbidden("an epoch fence is oncall's")
+    reason = services.fence_reason(reason)
     fence_id = fence_id or uuid.uuid4()
     # A request's namespace never changes: an id already used for another namespace (a form from another page)
     # would otherwise "find" that fence and fence nothing here.

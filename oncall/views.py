@@ -15,7 +15,7 @@ from kombu.exceptions import OperationalError
 
 from claims import clock, services
 from claims import selectors as core_selectors
-from claims.errors import ClaimError
+from claims.errors import ClaimError, Invalid
 from claims.models import Namespace
 from claims.services.principals import ui_role
 from claims.ui import LIVE_REFRESH_SECONDS, acting, report, role_required
@@ -68,18 +68,25 @@ def fence(request: HttpRequest, ns: str) -> HttpResponse:
     every namespace page). POST: reason required and the namespace's name typed to confirm — a mistake answers the
     form again with the error beside its field and what was typed kept — then the fence job (with its self-check)."""
     namespace = get_object_or_404(Namespace, name=ns)
-    typed = {
-        "reason": request.POST.get("reason", "").strip(),
-        "confirm": request.POST.get("confirm", "").strip(),
-    }
+    typed = {"reason": request.POST.get("reason", ""), "confirm": request.POST.get("confirm", "").strip()}
     errors: dict[str, str] = {}
     if request.method == "POST":
-        if not typed["reason"]:
-            errors["reason"] = "A fence needs a reason: it goes to the audit log."
-        if typed["confirm"] != ns:
+        if typed["confirm"] != ns:  # the console's confirmation; the reason is the service's rule
             errors["confirm"] = f"Type the namespace's name, {ns}, exactly."
-        if not errors:
-            return _fence_requested(request, ns, typed["reason"])
+        try:
+            if not errors:
+                return _fence_requested(request, ns, typed["reason"])
+            services.fence_reason(typed["reason"])  # said with the confirmation's error, not after it
+        except Invalid as exc:
+            errors |= {name: " ".join(why) for name, why in exc.errors.items()}
+            if set(exc.errors) - {
+                "reason",
+                "confirm",
+            }:  # not a field of the form (its fence_id): said above it
+                report(request, exc)
+        except ClaimError as exc:
+            report(request, exc)
+            return redirect(home_of(ns))
     context = _ctx(
         request,
         ns=namespace,
@@ -87,23 +94,20 @@ def fence(request: HttpRequest, ns: str) -> HttpResponse:
         typed=typed,
         errors=errors,
         home=home_of(ns),
+        taken_at=clock.now(),
     )
     return render(request, "oncall/fence.html", context, status=400 if errors else 200)
 
 
 def _fence_requested(request: HttpRequest, ns: str, reason: str) -> HttpResponse:
     """The fence, made in this request (``oncall.services.fence``: nothing waits for a job), then its self-check
-    queued; the message says what is done and what is not yet."""
-    try:
-        done = oncall.fence(
-            principal=acting(request), namespace=ns, reason=reason, fence_id=_form_fence_id(request)
-        )
-    except ClaimError as exc:
-        report(request, exc)
-        return redirect(home_of(ns))
+    queued; the message says what is done and what is not yet. A refusal is raised to the form."""
+    done = oncall.fence(
+        principal=acting(request), namespace=ns, reason=reason, fence_id=_form_fence_id(request)
+    )
     fenced = f"Fenced: epoch {done.scheduler_epoch}, new claims refused, every claim.v1 claim granted before it ended."
     try:
-        fence_epoch.delay(ns, reason, done.principal, str(done.fence_id))
+        fence_epoch.delay(ns, done.reason, done.principal, str(done.fence_id))
         messages.success(request, f"{fenced} Its self-check runs as a job; the verdict appears under Fences.")
     except OperationalError:
         # The broker is down: the fence stands; resend_fences sends its check when the queue is back.
@@ -127,15 +131,16 @@ def _form_fence_id(request: HttpRequest) -> uuid.UUID | None:
 @role_required("oncall")
 def resume(request: HttpRequest, ns: str) -> HttpResponse:
     back = redirect("console:overview") if request.POST.get("back") == "board" else redirect(home_of(ns))
-    reason = request.POST.get("reason", "").strip()
-    if not reason:
-        messages.error(request, "A resume needs a reason (it is audited).")
-        return back
-    try:
-        services.namespace_resume(principal=acting(request), namespace=ns, reason=reason)
-        messages.success(request, f"Claims resumed in {ns}.")
+    try:  # the reason is optional (claim-v1.md: resume → 200 with nothing required); audited when given
+        services.namespace_resume(
+            principal=acting(request), namespace=ns, reason=request.POST.get("reason", "")
+        )
     except ClaimError as exc:
         report(request, exc)
+        return back
+    messages.success(
+        request, f"Resumed: claims are granted again in {ns} (the epoch stays; earlier claims stay fenced)."
+    )
     return back
 
 

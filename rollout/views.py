@@ -15,12 +15,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from claims import clock
-from claims.errors import ClaimError, InvalidTransition
+from claims.errors import ClaimError, Invalid, InvalidTransition
 from claims.models import (
     Namespace,
 )
 from claims.services.principals import ui_role
-from claims.ui import LIVE_REFRESH_SECONDS, acting, report, role_required
+from claims.ui import LIVE_REFRESH_SECONDS, acting, refused, report, role_required
 from oncall import selectors as oncall_selectors
 
 from . import console, selectors
@@ -121,50 +121,70 @@ def rollout_page(request: HttpRequest, ns: str) -> HttpResponse:
 def advance(request: HttpRequest, ns: str) -> HttpResponse:
     """GET: the gate's figures and a confirm button. POST: advance (oncall may override with a reason)."""
     namespace = get_object_or_404(Namespace, name=ns)
-    if request.method != "POST":
+
+    def page() -> HttpResponse:
         return render(
             request, "rollout/confirm_advance.html", _ctx(request, **_rollout_context(request, namespace))
         )
+
+    if request.method != "POST":
+        return page()
+    override = bool(request.POST.get("override"))
     try:
+        if override and request.POST.get("confirm_override") != "on":  # the console's confirmation
+            raise Invalid({"confirm_override": ["Tick that you mean to advance with the gate shut."]})
         stage, gate = stages.advance(
             principal=acting(request),
             namespace=ns,
             to_stage=request.POST.get("to_stage", ""),
             reason=request.POST.get("reason", ""),
-            override=bool(request.POST.get("override")),
+            override=override,
         )
-        if gate.holds:
-            messages.success(request, f"Advanced to {stage}. Gate {gate.move}: {gate.why}.")
-        else:
-            messages.warning(
-                request,
-                f"Overridden: advanced to {stage} with the gate shut ({gate.why}). "
-                f"Recorded as an override with your reason: {request.POST.get('reason', '').strip()}",
-            )
     except ClaimError as exc:
-        report(request, exc)
+        return refused(request, exc, form="advance", again=page, back=lambda: redirect(request.path))
+    if gate.holds:
+        messages.success(request, f"Advanced to {stage}. Gate {gate.move}: {gate.why}.")
+    else:
+        messages.warning(
+            request,
+            f"Overridden: advanced to {stage} with the gate shut ({gate.why}). "
+            f"Recorded as an override with your reason: {request.POST.get('reason', '').strip()}",
+        )
     return redirect("console:rollout", ns=ns)
 
 
 @require_POST
 @role_required("oncall")
 def rollback(request: HttpRequest, ns: str) -> HttpResponse:
+    force = bool(request.POST.get("force"))
     try:
+        if force and request.POST.get("confirm_force") != "on":  # the console's confirmation
+            raise Invalid({"confirm_force": ["Tick that you mean to finish without a clean drain."]})
         done = stages.rollback(
             principal=acting(request),
             namespace=ns,
             to_stage=request.POST.get("to_stage", ""),
             reason=request.POST.get("reason", ""),
-            force=bool(request.POST.get("force")),
+            force=force,
         )
-        if done.finished_at:
-            messages.success(request, f"Rolled back to {done.to_stage}. Claims stay paused until resumed.")
-        else:
-            messages.warning(
-                request, "Rollback started: fenced, waiting for the drain (see its progress below)."
-            )
     except ClaimError as exc:
-        report(request, exc)
+        return refused(
+            request, exc, form="rollback", again=lambda: rollout_page(request, ns), back=lambda: _home(ns)
+        )
+    if done.finished_at and done.forced:
+        messages.warning(
+            request,
+            f"Forced: rolled back to {done.to_stage} without a clean drain — work still in flight was fenced, "
+            "not finished. Claims stay paused until resumed.",
+        )
+    elif done.finished_at:
+        messages.success(request, f"Rolled back to {done.to_stage}. Claims stay paused until resumed.")
+    else:
+        messages.warning(request, "Rollback started: fenced, waiting for the drain (see its progress below).")
+    return _home(ns)
+
+
+def _home(ns: str) -> HttpResponse:
     return redirect("console:rollout", ns=ns)
 
 
@@ -175,13 +195,25 @@ def waive(request: HttpRequest, ns: str) -> HttpResponse:
     V1_READS stage; audited by it)."""
     point = request.POST.get("point", "")
     try:
+        if request.POST.get("confirm_waive") != "on":  # the console's confirmation
+            raise Invalid({"confirm_waive": [f"Tick that the gate may pass with no {point} traffic seen."]})
         stages.waive_coverage(
             principal=acting(request), namespace=ns, point=point, reason=request.POST.get("reason", "")
         )
-        messages.success(request, f"{point} waived for this stage: {request.POST.get('reason', '').strip()}")
     except ClaimError as exc:
-        report(request, exc)
-    return redirect("console:rollout", ns=ns)
+        return refused(
+            request,
+            exc,
+            form=f"waive-{point}" if point in selectors.POINTS else "waive",
+            again=lambda: rollout_page(request, ns),
+            back=lambda: _home(ns),
+        )
+    messages.warning(
+        request,
+        f"Waived: the coverage gate passes without {point} traffic in this stage. "
+        f"Recorded with your reason: {request.POST.get('reason', '').strip()}",
+    )
+    return _home(ns)
 
 
 def _filtered(ns: str, query: Any) -> tuple[Any, dict[str, str]]:
@@ -200,8 +232,12 @@ def _filtered(ns: str, query: Any) -> tuple[Any, dict[str, str]]:
 
 @role_required("viewer")
 def mismatches(request: HttpRequest, ns: str) -> HttpResponse:
+    return _mismatches_page(request, ns, request.GET)
+
+
+def _mismatches_page(request: HttpRequest, ns: str, query: Any) -> HttpResponse:
     namespace = get_object_or_404(Namespace, name=ns)
-    rows, chosen = _filtered(ns, request.GET)
+    rows, chosen = _filtered(ns, query)
     reason, status = chosen.get("reason", ""), chosen.get("status", "")
     grouped = (
         Mismatch.objects.filter(namespace=ns)
@@ -243,6 +279,9 @@ def mismatch_detail(request: HttpRequest, mismatch_id: int) -> HttpResponse:
 @require_POST
 @role_required("reviewer")
 def mismatch_mark(request: HttpRequest, mismatch_id: int) -> HttpResponse:
+    def back() -> HttpResponse:
+        return redirect("console:mismatch", mismatch_id=mismatch_id)
+
     try:
         mismatch = mismatch_review(
             principal=acting(request),
@@ -260,8 +299,10 @@ def mismatch_mark(request: HttpRequest, mismatch_id: int) -> HttpResponse:
             )
             messages.success(request, f"Future {mismatch.reason} mismatches will be marked EXPLAINED.")
     except ClaimError as exc:
-        report(request, exc)
-    return redirect("console:mismatch", mismatch_id=mismatch_id)
+        return refused(
+            request, exc, form="review", again=lambda: mismatch_detail(request, mismatch_id), back=back
+        )
+    return back()
 
 
 @require_POST
@@ -294,6 +335,14 @@ def mismatches_review(request: HttpRequest, ns: str) -> HttpResponse:
         except InvalidTransition:  # already so: said below, the others still reviewed
             already += 1
         except ClaimError as exc:
+            if not done:  # the first refused: nothing reviewed, the form again with its errors
+                return refused(
+                    request,
+                    exc,
+                    form="bulk-review",
+                    again=lambda: _mismatches_page(request, ns, kept),
+                    back=lambda: redirect(back),
+                )
             report(request, exc)
             break
     if done:

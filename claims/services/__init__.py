@@ -27,6 +27,7 @@ from .effects import (
 from .leases import leases_reap, task_release, task_renew
 from .namespaces import (
     epoch_fence,
+    fence_reason,
     namespace_create,
     namespace_release_hold,
     namespace_resume,
@@ -71,6 +72,7 @@ __all__ = [
     "Staged",
     "TaskCreated",
     "epoch_fence",
+    "fence_reason",
     "hash_token",
     "hold_namespace",
     "leases_reap",

@@ -8,7 +8,6 @@ from django.db import IntegrityError, transaction
 
 from .. import clock
 from ..errors import NamespaceExists, PauseHeld
-from ..validation import real_text
 from ..models import (
     Attempt,
     AttemptEnd,
@@ -20,6 +19,7 @@ from ..models import (
     TaskEvent,
     TaskState,
 )
+from ..validation import real_text
 from . import wakeups
 from ._base import NamespaceHold, audit, namespace_lock, new_event
 
@@ -38,6 +38,11 @@ def namespace_create(*, principal: Principal, name: str) -> Namespace:
             raise NamespaceExists(f"namespace {name!r} exists") from None
         audit(principal=principal, action="namespace_create", at=now, namespace=name)
     return namespace
+
+
+def fence_reason(reason: str | None) -> str:
+    """A fence's rule, whoever asks (console, API, CLI, a rollback): a reason that is real text, trimmed."""
+    return real_text(reason, why="A fence needs a reason: it goes to the audit log.")
 
 
 def epoch_fence(
@@ -66,7 +71,7 @@ def epoch_fence(
        never depends on it — it compares epochs.
     4. Audit, with the principal and reason.
     """
-    reason = real_text(reason, why="A fence needs a reason: it goes to the audit log.")
+    reason = fence_reason(reason)
     with transaction.atomic(savepoint=False):
         ns = namespace_lock(name=namespace)
         if (
@@ -150,6 +155,7 @@ def _end_open_attempts(ns: NamespaceHold, epoch: int, *, principal: Principal, r
 def namespace_resume(*, principal: Principal, namespace: str, reason: str = "") -> Namespace:
     """Lift the pause. The epoch stays: attempts from before the fence stay fenced. Refused (PAUSE_HELD) while
     the pause is held — a rollback still draining holds it until it ends — whoever asks."""
+    reason = (reason or "").strip()  # optional (claim-v1.md), audited when given
     with transaction.atomic(durable=True):
         ns = namespace_lock(name=namespace)
         if ns.pause_hold:

@@ -143,6 +143,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "claims.ui.roles",
+                "claims.ui.refusal",
             ],
         },
     },

@@ -18,7 +18,7 @@ from claims import clock, interleave, services
 from claims.errors import ClaimsPaused, Forbidden, InvalidTransition
 from claims.models import Namespace, Principal, Role
 from claims.services import audit
-from claims.validation import one_of, real_text
+from claims.validation import all_of, one_of, real_text
 
 from .. import selectors
 from ..models import CoverageWaiver, DrainSnapshot, GateEvaluation, Rollback, Stage, StageChange
@@ -219,8 +219,14 @@ def advance(
     """
     if override and principal.role != Role.ONCALL:
         raise Forbidden("only oncall may override a gate")
-    if override:
-        reason = real_text(reason, why="An override needs a reason: it moves the stage with the gate shut.")
+    to_stage, reason = all_of(
+        lambda: one_of(to_stage, Stage.values, field="to_stage"),
+        lambda: (
+            real_text(reason, why="An override needs a reason: it moves the stage with the gate shut.")
+            if override
+            else (reason or "").strip()
+        ),
+    )
     with transaction.atomic(durable=True):
         locked = state.lock(name=namespace)
         hold, stage = locked.hold, locked.stage
@@ -283,9 +289,11 @@ def _enqueue_import(import_id: int) -> None:
 def waive_coverage(*, principal: Principal, namespace: str, point: str, reason: str) -> CoverageWaiver:
     """Waive an acceptance point with no traffic in the window — counted by the V1_READS → V1_WRITES gate only, so
     refused in any other stage (its gate has no coverage condition to waive)."""
-    one_of(point, selectors.POINTS, field="point")
-    reason = real_text(
-        reason, why="A waiver needs a reason: it lets the gate pass without that point's traffic."
+    point, reason = all_of(
+        lambda: one_of(point, selectors.POINTS, field="point"),
+        lambda: real_text(
+            reason, why="A waiver needs a reason: it lets the gate pass without that point's traffic."
+        ),
     )
     with transaction.atomic(durable=True):
         # Decided on the stage read under the namespace row lock every stage change takes first, clock after it.
@@ -329,10 +337,13 @@ def rollback(
     is one naming another target: it never answers as if it had started something."""
     if principal.role != Role.ONCALL:
         raise Forbidden("rollback is oncall's")
-    reason = real_text(
-        reason,
-        why="A rollback needs a reason: it fences every worker of the namespace"
-        + (" and, forced, finishes without a clean drain." if force else "."),
+    to_stage, reason = all_of(
+        lambda: one_of(to_stage, [s for s in Stage.values if s != Stage.V1_ONLY], field="to_stage"),
+        lambda: real_text(
+            reason,
+            why="A rollback needs a reason: it fences every worker of the namespace"
+            + (" and, forced, finishes without a clean drain." if force else "."),
+        ),
     )
     with transaction.atomic(durable=True):
         locked = state.lock(name=namespace)

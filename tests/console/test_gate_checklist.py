@@ -56,7 +56,14 @@ def test_a_point_with_no_traffic_is_waived_from_the_checklist_and_audited(operat
     ui = login("operator")
 
     before = {row["label"]: row for row in ui.get("/ns/reads/").context["checklist"]}
-    ui.post("/ns/reads/waive", {"point": "effect", "reason": "this namespace has no effects"})
+    unconfirmed = ui.post("/ns/reads/waive", {"point": "effect", "reason": "this namespace has no effects"})
+    assert (
+        unconfirmed.status_code == 400 and not CoverageWaiver.objects.exists()
+    )  # the consequence not ticked
+    ui.post(
+        "/ns/reads/waive",
+        {"point": "effect", "reason": "this namespace has no effects", "confirm_waive": "on"},
+    )
     gate_check("reads")
     after = {row["label"]: row for row in ui.get("/ns/reads/").context["checklist"]}
 

@@ -23,6 +23,7 @@ from claims.services import epoch_fence
 from controlplane.cli import MANAGEMENT
 from gateway.services import downstream_save
 from rollout.models import Mismatch
+from rollout.services import stages
 from tests.support.actors import make_actor
 from tests.support.console import login
 
@@ -53,7 +54,9 @@ class Action:
     wrong_stage_word: str = ""
     blank_status: tuple[int, ...] = (400,)  # a worker's blank owner_id is someone else: 403 is a refusal too
     scene: tuple[str, ...] = field(default=())
-    cli_missing: bool = True  # a missing option is a refusal at the CLI (not when leaving it out is another command)
+    cli_missing: bool = (
+        True  # a missing option is a refusal at the CLI (not when leaving it out is another command)
+    )
 
 
 def _flag(name: str, on: Any) -> list[str]:
@@ -86,132 +89,252 @@ def _attempt(s: SimpleNamespace, claim: dict) -> dict[str, Any]:
 ACTIONS: dict[str, Action] = {
     # --- the rollout: stages, waivers, drains, mismatches -------------------------------------------------------
     "advance": Action(
-        may="oncall", may_not="reviewer", stage="SHADOW",
+        may="oncall",
+        may_not="reviewer",
+        stage="SHADOW",
         body=lambda s: {"to_stage": "V1_READS", "override": True, "reason": "drill: the gate is known shut"},
-        form=lambda s: {"to_stage": "V1_READS", "override": "on", "reason": "drill: the gate is known shut"},
-        api=("post", "/api/v1/namespaces/{ns}/rollout/advance"), console="/ns/{ns}/advance",
-        cli=_rollout_cli("advance"), text=("reason",), required=("to_stage",),
-        wrong_stage={"to_stage": "V1_ONLY"}, wrong_stage_word="INVALID_TRANSITION",
+        form=lambda s: {
+            "to_stage": "V1_READS",
+            "override": "on",
+            "confirm_override": "on",
+            "reason": "drill: the gate is known shut",
+        },
+        api=("post", "/api/v1/namespaces/{ns}/rollout/advance"),
+        console="/ns/{ns}/advance",
+        cli=_rollout_cli("advance"),
+        text=("reason",),
+        required=("to_stage",),
+        wrong_stage={"to_stage": "V1_ONLY"},
+        wrong_stage_word="INVALID_TRANSITION",
     ),  # fmt: skip
     "rollback": Action(
-        may="oncall", may_not="operator", stage="V1_READS",
+        may="oncall",
+        may_not="operator",
+        stage="V1_READS",
         body=lambda s: {"to_stage": "SHADOW", "force": True, "reason": "winner mismatches in V1_READS"},
-        form=lambda s: {"to_stage": "SHADOW", "force": "on", "reason": "winner mismatches in V1_READS"},
-        api=("post", "/api/v1/namespaces/{ns}/rollout/rollback"), console="/ns/{ns}/rollback",
-        cli=_rollout_cli("rollback"), text=("reason",), required=("to_stage",),
-        wrong_stage={"to_stage": "V1_WRITES"}, wrong_stage_word="INVALID_TRANSITION",
+        form=lambda s: {
+            "to_stage": "SHADOW",
+            "force": "on",
+            "confirm_force": "on",
+            "reason": "winner mismatches in V1_READS",
+        },
+        api=("post", "/api/v1/namespaces/{ns}/rollout/rollback"),
+        console="/ns/{ns}/rollback",
+        cli=_rollout_cli("rollback"),
+        text=("reason",),
+        required=("to_stage",),
+        wrong_stage={"to_stage": "V1_WRITES"},
+        wrong_stage_word="INVALID_TRANSITION",
     ),  # fmt: skip
     "waive": Action(
-        may="operator", may_not="reviewer", stage="V1_READS",
+        may="operator",
+        may_not="reviewer",
+        stage="V1_READS",
         body=lambda s: {"point": "effect", "reason": "no effects in this namespace"},
-        api=("post", "/api/v1/namespaces/{ns}/coverage/waive"), console="/ns/{ns}/waive",
-        text=("reason",), required=("point",),
+        form=lambda s: {"point": "effect", "reason": "no effects in this namespace", "confirm_waive": "on"},
+        api=("post", "/api/v1/namespaces/{ns}/coverage/waive"),
+        console="/ns/{ns}/waive",
+        text=("reason",),
+        required=("point",),
     ),  # fmt: skip
     "waive-in-the-wrong-stage": Action(
-        may="operator", may_not="reviewer", stage="LEGACY",
+        may="operator",
+        may_not="reviewer",
+        stage="LEGACY",
         body=lambda s: {"point": "effect", "reason": "no effects in this namespace"},
-        api=("post", "/api/v1/namespaces/{ns}/coverage/waive"), console="/ns/{ns}/waive",
-        wrong_stage={}, wrong_stage_word="INVALID_TRANSITION",
+        form=lambda s: {"point": "effect", "reason": "no effects in this namespace", "confirm_waive": "on"},
+        api=("post", "/api/v1/namespaces/{ns}/coverage/waive"),
+        console="/ns/{ns}/waive",
+        wrong_stage={},
+        wrong_stage_word="INVALID_TRANSITION",
     ),  # fmt: skip
     "drain": Action(
-        may="operator", may_not="reviewer", body=lambda s: {}, api=("post", "/api/v1/namespaces/{ns}/drain"),
+        may="operator",
+        may_not="reviewer",
+        body=lambda s: {},
+        api=("post", "/api/v1/namespaces/{ns}/drain"),
     ),
     "review": Action(
-        may="reviewer", may_not="viewer", stage="SHADOW",
+        may="reviewer",
+        may_not="viewer",
+        stage="SHADOW",
         body=lambda s: {"status": "EXPLAINED", "note": "the drill's injected writer"},
-        api=("post", "/api/v1/mismatches/{mismatch}/review"), console="/mismatches/{mismatch}/mark",
-        text=("note",), required=("status",),
+        api=("post", "/api/v1/mismatches/{mismatch}/review"),
+        console="/mismatches/{mismatch}/mark",
+        text=("note",),
+        required=("status",),
     ),  # fmt: skip
     "bulk-review": Action(
-        may="reviewer", may_not="viewer", stage="SHADOW",
+        may="reviewer",
+        may_not="viewer",
+        stage="SHADOW",
         body=lambda s: {"ids": [s.mismatch], "status": "EXPLAINED", "note": "the drill's injected writer"},
-        console="/ns/{ns}/mismatches/review", text=("note",), required=("status",),
+        console="/ns/{ns}/mismatches/review",
+        text=("note",),
+        required=("status",),
     ),  # fmt: skip
     "explain-rule": Action(
-        may="reviewer", may_not="viewer", stage="SHADOW",
+        may="reviewer",
+        may_not="viewer",
+        stage="SHADOW",
         body=lambda s: {"reason": "STALE_COMMIT_ACCEPTED", "note": "legacy writers finish late by design"},
-        api=("post", "/api/v1/namespaces/{ns}/explain-rules"), text=("note",), required=("reason",),
+        api=("post", "/api/v1/namespaces/{ns}/explain-rules"),
+        text=("note",),
+        required=("reason",),
     ),  # fmt: skip
     "namespace-create": Action(
-        may="operator", may_not="reviewer", body=lambda s: {"name": "fresh", "stage": "LEGACY"},
-        api=("post", "/api/v1/namespaces"), required=("name",),
+        may="operator",
+        may_not="reviewer",
+        body=lambda s: {"name": "fresh", "stage": "LEGACY"},
+        api=("post", "/api/v1/namespaces"),
+        required=("name",),
     ),
     # --- on-call: fences and resumes ----------------------------------------------------------------------------
     "fence": Action(
-        may="oncall", may_not="operator", body=lambda s: {"reason": "stale writer in SHADOW"},
+        may="oncall",
+        may_not="operator",
+        body=lambda s: {"reason": "stale writer in SHADOW"},
         form=lambda s: {"reason": "stale writer in SHADOW", "confirm": s.ns},
-        api=("post", "/api/v1/namespaces/{ns}/fence"), console="/ns/{ns}/fence",
+        api=("post", "/api/v1/namespaces/{ns}/fence"),
+        console="/ns/{ns}/fence",
         cli=lambda s, b, who: ["fence", s.ns, *_opt("--reason", b.get("reason")), "--as", who],
         text=("reason",),
     ),  # fmt: skip
     "resume": Action(
         # claim-v1.md: POST …/resume → 200 with no field required; its reason is optional at every door (audited
         # when given), so a blank one is not a refusal anywhere. The wrong role is.
-        may="oncall", may_not="operator", scene=("paused",), body=lambda s: {"reason": "the writer is gone"},
-        api=("post", "/api/v1/namespaces/{ns}/resume"), console="/ns/{ns}/resume",
+        may="oncall",
+        may_not="operator",
+        scene=("paused",),
+        body=lambda s: {"reason": "the writer is gone"},
+        api=("post", "/api/v1/namespaces/{ns}/resume"),
+        console="/ns/{ns}/resume",
     ),  # fmt: skip
     # --- effects, tasks and resources ---------------------------------------------------------------------------
     "reconcile": Action(
-        may="operator", may_not="reviewer",
+        may="operator",
+        may_not="reviewer",
         body=lambda s: {"observed": "NOT_OCCURRED", "reason": "the target has no such order"},
-        form=lambda s: {"observed": "NOT_OCCURRED", "reason": "the target has no such order", "confirm": "on"},
+        form=lambda s: {
+            "observed": "NOT_OCCURRED",
+            "reason": "the target has no such order",
+            "confirm": "on",
+        },
         api=("post", "/api/v1/effects/{effect_unknown}/reconcile"),
-        console="/effects/{effect_unknown}/reconcile", text=("reason",), required=("observed",),
+        console="/effects/{effect_unknown}/reconcile",
+        text=("reason",),
+        required=("observed",),
     ),  # fmt: skip
     "approve": Action(
-        may="operator", may_not="reviewer", body=lambda s: {"note": "change #88 reviewed"},
-        api=("post", "/api/v1/effects/{effect_approve}/approve"), console="/effects/{effect_approve}/approve",
+        may="operator",
+        may_not="reviewer",
+        body=lambda s: {"note": "change #88 reviewed"},
+        api=("post", "/api/v1/effects/{effect_approve}/approve"),
+        console="/effects/{effect_approve}/approve",
     ),  # fmt: skip
     "task-create": Action(
-        may="operator", may_not="reviewer", body=lambda s: {"node_id": "n", "input": {"n": 2}},
-        api=("post", "/api/v1/tasks"), required=("node_id",),
+        may="operator",
+        may_not="reviewer",
+        body=lambda s: {"node_id": "n", "input": {"n": 2}},
+        api=("post", "/api/v1/tasks"),
+        required=("node_id",),
     ),
     "task-input": Action(
-        may="operator", may_not="reviewer", body=lambda s: {"input": {"n": 3}},
-        api=("post", "/api/v1/tasks/{task_ready}/input"), required=("input",),
+        may="operator",
+        may_not="reviewer",
+        body=lambda s: {"input": {"n": 3}},
+        api=("post", "/api/v1/tasks/{task_ready}/input"),
+        required=("input",),
     ),
     "task-cancel": Action(
-        may="operator", may_not="reviewer", body=lambda s: {"reason": "not needed"},
-        api=("post", "/api/v1/tasks/{task_ready}/cancel"), text=("reason",),
+        may="operator",
+        may_not="reviewer",
+        body=lambda s: {"reason": "not needed"},
+        api=("post", "/api/v1/tasks/{task_ready}/cancel"),
+        text=("reason",),
     ),
     "task-requeue": Action(
-        may="operator", may_not="reviewer", body=lambda s: {}, api=("post", "/api/v1/tasks/{task_ready}/requeue"),
-        wrong_stage={}, wrong_stage_word="INVALID_TRANSITION",
+        may="operator",
+        may_not="reviewer",
+        body=lambda s: {},
+        api=("post", "/api/v1/tasks/{task_ready}/requeue"),
+        wrong_stage={},
+        wrong_stage_word="INVALID_TRANSITION",
     ),  # fmt: skip
     "resource-create": Action(
-        may="operator", may_not="reviewer", body=lambda s: {"resource_key": "res-2"},
-        api=("post", "/api/v1/resources"), required=("resource_key",),
+        may="operator",
+        may_not="reviewer",
+        body=lambda s: {"resource_key": "res-2"},
+        api=("post", "/api/v1/resources"),
+        required=("resource_key",),
     ),
     "resource-delete": Action(
-        may="operator", may_not="reviewer", body=lambda s: {}, api=("delete", "/api/v1/resources/{resource}"),
+        may="operator",
+        may_not="reviewer",
+        body=lambda s: {},
+        api=("delete", "/api/v1/resources/{resource}"),
     ),
     # --- the gateway's configuration ----------------------------------------------------------------------------
     "gateway-downstream": Action(
-        may="operator", may_not="reviewer", body=lambda s: {"url": "http://127.0.0.1:9/mcp"},
+        may="operator",
+        may_not="reviewer",
+        body=lambda s: {"url": "http://127.0.0.1:9/mcp"},
         form=lambda s: {"name": "srv2", "url": "http://127.0.0.1:9/mcp", "transport": "http"},
-        api=("put", "/api/v1/gateway/downstreams/{new_server}"), console="/gateway/downstreams",
-        cli=lambda s, b, who: ["gateway", "set-downstream", "srv2", *_opt("--url", b.get("url")), "--as", who],
+        api=("put", "/api/v1/gateway/downstreams/{new_server}"),
+        console="/gateway/downstreams",
+        cli=lambda s, b, who: [
+            "gateway",
+            "set-downstream",
+            "srv2",
+            *_opt("--url", b.get("url")),
+            "--as",
+            who,
+        ],
         text=("url",),
     ),  # fmt: skip
     "gateway-rule": Action(
-        may="operator", may_not="reviewer", body=lambda s: {"kind": "READ_ONLY"},
+        may="operator",
+        may_not="reviewer",
+        body=lambda s: {"kind": "READ_ONLY"},
         form=lambda s: {"downstream": "srv", "tool": "lookup", "kind": "READ_ONLY"},
-        api=("put", "/api/v1/gateway/rules/{server}/{tool}"), console="/gateway/rules",
-        cli=lambda s, b, who: ["gateway", "set-rule", "srv", "lookup", *_opt("--kind", b.get("kind")), "--as", who],
+        api=("put", "/api/v1/gateway/rules/{server}/{tool}"),
+        console="/gateway/rules",
+        cli=lambda s, b, who: [
+            "gateway",
+            "set-rule",
+            "srv",
+            "lookup",
+            *_opt("--kind", b.get("kind")),
+            "--as",
+            who,
+        ],
     ),  # fmt: skip
     # --- claimctl alone -----------------------------------------------------------------------------------------
     "revoke-token": Action(
-        may="operator", may_not="reviewer", body=lambda s: {"reason": "leaked in a log"},
-        cli=lambda s, b, who: ["revoke_token", s.agent.token[:10], *_opt("--reason", b.get("reason")), "--as", who],
+        may="operator",
+        may_not="reviewer",
+        body=lambda s: {"reason": "leaked in a log"},
+        cli=lambda s, b, who: [
+            "revoke_token",
+            s.agent.token[:10],
+            *_opt("--reason", b.get("reason")),
+            "--as",
+            who,
+        ],
         text=("reason",),
     ),  # fmt: skip
     "resnapshot": Action(
-        may="oncall", may_not="operator", body=lambda s: {"reason": "the slot was lost in the failover"},
+        may="oncall",
+        may_not="operator",
+        body=lambda s: {"reason": "the slot was lost in the failover"},
         cli=lambda s, b, who: ["legacy_observe", *_opt("--resnapshot", b.get("reason")), "--as", who],
-        text=("reason",), cli_missing=False,  # without --resnapshot the command observes: another action
+        text=("reason",),
+        cli_missing=False,  # without --resnapshot the command observes: another action
     ),  # fmt: skip
     "legacy-import": Action(
-        may="operator", may_not="reviewer", body=lambda s: {},
+        may="operator",
+        may_not="reviewer",
+        body=lambda s: {},
         cli=lambda s, b, who: ["legacy_import", s.ns, "--as", who],
     ),  # fmt: skip
 }
@@ -226,80 +349,126 @@ ACTIONS |= {
     "claim": _worker(
         "/api/v1/tasks/{task_ready}/claim",
         lambda s: {"owner_id": s.agent.name, "scheduler_epoch": 1, "ttl_seconds": 30},
-        ("owner_id", "scheduler_epoch"), text=("owner_id",), blank_status=(400, 403),
+        ("owner_id", "scheduler_epoch"),
+        text=("owner_id",),
+        blank_status=(400, 403),
     ),  # fmt: skip
     "claim-next": _worker(
-        "/api/v1/claims", lambda s: {"owner_id": s.agent.name, "scheduler_epoch": 1, "ttl_seconds": 30},
-        ("owner_id",), text=("owner_id",), blank_status=(400, 403),
+        "/api/v1/claims",
+        lambda s: {"owner_id": s.agent.name, "scheduler_epoch": 1, "ttl_seconds": 30},
+        ("owner_id",),
+        text=("owner_id",),
+        blank_status=(400, 403),
     ),  # fmt: skip
     "claim-batch": _worker(
         "/api/v1/claims/batch",
         lambda s: {"owner_id": s.agent.name, "scheduler_epoch": 1, "ttl_seconds": 30, "max_tasks": 2},
-        ("owner_id", "max_tasks"), text=("owner_id",), blank_status=(400, 403),
+        ("owner_id", "max_tasks"),
+        text=("owner_id",),
+        blank_status=(400, 403),
     ),  # fmt: skip
     "renew": _worker(
         "/api/v1/tasks/{task_claimed}/renew",
         lambda s: {**_attempt(s, s.claim), "cancel_generation": 0, "extend_seconds": 30},
-        ("attempt_id", "claim_generation"), text=("owner_id",), blank_status=(400, 403),
+        ("attempt_id", "claim_generation"),
+        text=("owner_id",),
+        blank_status=(400, 403),
     ),  # fmt: skip
     "release": _worker(
-        "/api/v1/tasks/{task_claimed}/release", lambda s: _attempt(s, s.claim), ("attempt_id",),
-        text=("owner_id",), blank_status=(400, 403),
+        "/api/v1/tasks/{task_claimed}/release",
+        lambda s: _attempt(s, s.claim),
+        ("attempt_id",),
+        text=("owner_id",),
+        blank_status=(400, 403),
     ),  # fmt: skip
     "results": _worker(
         "/api/v1/tasks/{task_claimed}/results",
-        lambda s: {k: v for k, v in s.agent.commit_body(s.claim, {"ok": 1}, inline=True).items()
-                   if k in ("attempt_id", "claim_generation", "result", "result_digest")},
+        lambda s: {
+            k: v
+            for k, v in s.agent.commit_body(s.claim, {"ok": 1}, inline=True).items()
+            if k in ("attempt_id", "claim_generation", "result", "result_digest")
+        },
         ("attempt_id", "result_digest"),
     ),  # fmt: skip
     "commit": _worker(
         "/api/v1/tasks/{task_claimed}/commit",
-        lambda s: s.agent.commit_body(s.claim, {"ok": 1}, inline=True), ("attempt_id", "result_digest"),
+        lambda s: s.agent.commit_body(s.claim, {"ok": 1}, inline=True),
+        ("attempt_id", "result_digest"),
     ),
     "commits": _worker(
         "/api/v1/commits",
-        lambda s: {"commits": [{"task_id": s.task_claimed, **s.agent.commit_body(s.claim, {"ok": 1}, inline=True)}]},
+        lambda s: {
+            "commits": [{"task_id": s.task_claimed, **s.agent.commit_body(s.claim, {"ok": 1}, inline=True)}]
+        },
         ("commits",),
     ),  # fmt: skip
     "prepare": _worker(
         "/api/v1/effects/prepare",
-        lambda s: {"task_id": s.task_claimed, "effect_slot": "s2", "payload_digest": "0" * 64, **_attempt(s, s.claim)},
-        ("effect_slot", "payload_digest"), text=("effect_slot",),
+        lambda s: {
+            "task_id": s.task_claimed,
+            "effect_slot": "s2",
+            "payload_digest": "0" * 64,
+            **_attempt(s, s.claim),
+        },
+        ("effect_slot", "payload_digest"),
+        text=("effect_slot",),
     ),  # fmt: skip
     "outcome": _worker(
-        "/api/v1/effects/{effect_prepared}/outcome", lambda s: {"state": "COMMITTED", **_attempt(s, s.claim)},
+        "/api/v1/effects/{effect_prepared}/outcome",
+        lambda s: {"state": "COMMITTED", **_attempt(s, s.claim)},
         ("state",),
     ),  # fmt: skip
     "dispatch": _worker(
         "/api/v1/effects/{effect_prepared}/dispatch",
         lambda s: {"payload": {"n": 1}, "target": "http://127.0.0.1:9/act", **_attempt(s, s.claim)},
-        ("target",), text=("target",),
+        ("target",),
+        text=("target",),
     ),  # fmt: skip
     "register": _worker(
-        "/api/v1/workers/register", lambda s: {"protocol": "claim.v1", "binary_version": "1.0"},
-        ("protocol", "binary_version"), text=("protocol", "binary_version"),
+        "/api/v1/workers/register",
+        lambda s: {"protocol": "claim.v1", "binary_version": "1.0"},
+        ("protocol", "binary_version"),
+        text=("protocol", "binary_version"),
     ),  # fmt: skip
     "heartbeat": _worker("/api/v1/workers/heartbeat", lambda s: {}, ()),
     "resource-check": Action(
-        may="worker", may_not="nobody", body=lambda s: {"fence_token": 1, "incarnation": s.incarnation},
-        api=("post", "/api/v1/resources/{resource}/check"), required=("fence_token",),
+        may="worker",
+        may_not="nobody",
+        body=lambda s: {"fence_token": 1, "incarnation": s.incarnation},
+        api=("post", "/api/v1/resources/{resource}/check"),
+        required=("fence_token",),
     ),  # fmt: skip
     "legacy-claim": _worker(
-        "/api/legacy/tasks/{task_legacy}/claim", lambda s: {"owner_id": s.agent.name, "ttl_seconds": 30},
-        ("owner_id",), text=("owner_id",), stage="LEGACY", blank_status=(400, 403),
+        "/api/legacy/tasks/{task_legacy}/claim",
+        lambda s: {"owner_id": s.agent.name, "ttl_seconds": 30},
+        ("owner_id",),
+        text=("owner_id",),
+        stage="LEGACY",
+        blank_status=(400, 403),
     ),  # fmt: skip
     "legacy-heartbeat": _worker(
-        "/api/legacy/tasks/{task_legacy}/heartbeat", lambda s: {"owner_id": s.agent.name, "ttl_seconds": 30},
-        ("owner_id",), text=("owner_id",), stage="LEGACY", blank_status=(400, 403),
+        "/api/legacy/tasks/{task_legacy}/heartbeat",
+        lambda s: {"owner_id": s.agent.name, "ttl_seconds": 30},
+        ("owner_id",),
+        text=("owner_id",),
+        stage="LEGACY",
+        blank_status=(400, 403),
     ),  # fmt: skip
     "legacy-release": _worker(
-        "/api/legacy/tasks/{task_legacy}/release", lambda s: {"owner_id": s.agent.name}, ("owner_id",),
-        text=("owner_id",), stage="LEGACY", blank_status=(400, 403),
+        "/api/legacy/tasks/{task_legacy}/release",
+        lambda s: {"owner_id": s.agent.name},
+        ("owner_id",),
+        text=("owner_id",),
+        stage="LEGACY",
+        blank_status=(400, 403),
     ),  # fmt: skip
     "legacy-complete": _worker(
         "/api/legacy/tasks/{task_legacy}/complete",
-        lambda s: {"owner_id": s.agent.name, "result": {"ok": 1}, "result_digest": "0" * 64}, ("owner_id",),
-        text=("owner_id",), stage="LEGACY", blank_status=(400, 403),
+        lambda s: {"owner_id": s.agent.name, "result": {"ok": 1}, "result_digest": "0" * 64},
+        ("owner_id",),
+        text=("owner_id",),
+        stage="LEGACY",
+        blank_status=(400, 403),
     ),  # fmt: skip
 }
 
@@ -378,7 +547,10 @@ def test_every_door_of_every_action_has_a_case():
 def _our_commands() -> set[str]:
     """Every management command of the control plane's apps (``claimctl NAME`` or ``claimctl manage NAME``)."""
     ours = {"claims", "rollout", "oncall", "gateway"}
-    return {name for name, app in get_commands().items() if app in ours} | set(MANAGEMENT.values()) - {"migrate", "check"}
+    return {name for name, app in get_commands().items() if app in ours} | set(MANAGEMENT.values()) - {
+        "migrate",
+        "check",
+    }
 
 
 def _braced(route: str) -> str:
@@ -413,7 +585,13 @@ def _scene(action: Action) -> SimpleNamespace:
         if role != "viewer"  # the console's read-only group; the API's least role is a worker
     }
     s = SimpleNamespace(
-        ns="doors", actors=actors, agent=actors["worker"], resource="res-1", server="srv", new_server="srv2", tool="lookup"
+        ns="doors",
+        actors=actors,
+        agent=actors["worker"],
+        resource="res-1",
+        server="srv",
+        new_server="srv2",
+        tool="lookup",
     )
     operator = actors["operator"]
     assert operator.post("/namespaces", {"name": "doors", "stage": action.stage}).status_code == 201
@@ -446,6 +624,7 @@ def _scene(action: Action) -> SimpleNamespace:
         trust_annotations=False,
         enabled=True,
     )
+    stages.evaluate_gate(namespace="doors")  # the gate-check job's record: the page shows its checklist
     if "paused" in action.scene:
         epoch_fence(principal=Principal.objects.get(name="oscar-oncall"), namespace="doors", reason="scene")
     return s
@@ -478,8 +657,7 @@ def _api(action: Action, s: SimpleNamespace, role: str, body: dict[str, Any]):
     return getattr(client, method)(_fill(path, s), body, format="json")
 
 
-def _console(action: Action, s: SimpleNamespace, role: str, form: dict[str, Any]):
-    client = login(role)
+def _console(action: Action, s: SimpleNamespace, client: Any, form: dict[str, Any]):
     return client.post(_fill(action.console, s), {k: v for k, v in form.items() if v is not None})  # type: ignore[arg-type]
 
 
@@ -506,7 +684,9 @@ def _variants(action: Action, door: str) -> list[tuple[str, str, Any]]:
 
 
 CASES = [
-    pytest.param(name, door, kind, name_, value, id=f"{name}-{door}-{kind}-{name_}-{'ws' if value else value!r}")
+    pytest.param(
+        name, door, kind, name_, value, id=f"{name}-{door}-{kind}-{name_}-{'ws' if value else value!r}"
+    )
     for name, action in ACTIONS.items()
     for door in ("api", "console", "cli")
     if getattr(action, door) is not None
@@ -515,7 +695,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("name", "door", "kind", "field_name", "value"), CASES)
-def test_the_same_bad_request_is_refused_at_every_door_with_nothing_written(name, door, kind, field_name, value):
+def test_the_same_bad_request_is_refused_at_every_door_with_nothing_written(
+    name, door, kind, field_name, value
+):
     action = ACTIONS[name]
     s = _scene(action)
     source = action.form if door == "console" and action.form else action.body
@@ -533,6 +715,7 @@ def test_the_same_bad_request_is_refused_at_every_door_with_nothing_written(name
         body |= action.wrong_stage or {}
     if door == "console" and kind == "missing":
         body[field_name] = None
+    signed_in = login(role) if door == "console" else None  # signing in makes the user's principal: before
     before, audited = _fingerprint(), AuditEntry.objects.count()
 
     if door == "api":
@@ -544,7 +727,7 @@ def test_the_same_bad_request_is_refused_at_every_door_with_nothing_written(name
         if kind == "stage":
             assert answer.json()["outcome"] == action.wrong_stage_word
     elif door == "console":
-        answer = _console(action, s, role, body)
+        answer = _console(action, s, signed_in, body)
         if kind == "role":
             assert answer.status_code == 403
         elif kind == "stage":
@@ -553,8 +736,23 @@ def test_the_same_bad_request_is_refused_at_every_door_with_nothing_written(name
         else:
             assert answer.status_code == 400, (answer.status_code, answer.get("Location"))
             page = answer.content.decode()
-            assert re.search(rf'name="{field_name}"[^>]*aria-invalid="true"', page), "the field is not marked"
-            assert f'class="field-error" id="' in page
+            said = re.search(
+                rf'<p class="field-error" id="([\w-]*-{field_name.replace("_", "-")}-error)">', page
+            )
+            assert said, "no error beside the field"
+            posted = _fill(action.console, s)  # type: ignore[arg-type]
+            forms = "".join(re.findall(rf'<form\b[^>]*action="{re.escape(posted)}".*?</form>', page, re.S))
+            shown = [
+                tag
+                for tag in re.findall(rf'<(?:input|textarea|select)\b[^>]*name="{field_name}"[^>]*>', forms)
+                if 'type="hidden"' not in tag
+            ]
+            if (
+                shown
+            ):  # a visible field: the one of the refused form is marked invalid and described by the error
+                assert any(
+                    f'aria-invalid="true" aria-describedby="{said.group(1)}"' in tag for tag in shown
+                ), shown
     else:
         said = _cli(action, s, role, body)
         expected_words = {

@@ -37,12 +37,16 @@ def test_an_override_without_a_real_reason_is_refused_at_the_console_and_the_api
     assert operator.post("/namespaces", {"name": "shut", "stage": "LEGACY"}).status_code == 201
     ui = login("oncall")
 
-    console = ui.post("/ns/shut/advance", {"to_stage": "SHADOW", "override": "on", "reason": reason})
+    console = ui.post(
+        "/ns/shut/advance",
+        {"to_stage": "SHADOW", "override": "on", "confirm_override": "on", "reason": reason},
+    )
     api = oncall.post(
         "/namespaces/shut/rollout/advance", {"to_stage": "SHADOW", "override": True, "reason": reason}
     )
 
-    assert console.status_code == 302 and api.status_code == 400 and "reason" in api.json()["errors"]
+    assert console.status_code == 400 and api.status_code == 400 and "reason" in api.json()["errors"]
+    assert b'id="advance-reason-error"' in console.content  # beside the field
     assert _stage("shut") == "LEGACY" and not StageChange.objects.filter(namespace="shut").exists()
 
 
@@ -50,7 +54,8 @@ def test_an_override_with_a_reason_is_called_an_override(people):
     operator, _ = people
     assert operator.post("/namespaces", {"name": "shut", "stage": "LEGACY"}).status_code == 201
     page = login("oncall").post(
-        "/ns/shut/advance", {"to_stage": "SHADOW", "override": "on", "reason": "drill: legacy workers gone"},
+        "/ns/shut/advance",
+        {"to_stage": "SHADOW", "override": "on", "confirm_override": "on", "reason": "drill: legacy workers gone"},
         follow=True,
     )  # fmt: skip
     assert b"Overridden: advanced to SHADOW with the gate shut" in page.content
@@ -65,13 +70,17 @@ def test_a_rollback_needs_a_real_reason_at_every_door_forced_or_not(people, reas
     assert operator.post("/namespaces", {"name": "back", "stage": "V1_READS"}).status_code == 201
     before = Namespace.objects.get(name="back").scheduler_epoch
 
-    form = {"to_stage": "SHADOW", "reason": reason, **({"force": "on"} if force else {})}
+    form = {
+        "to_stage": "SHADOW",
+        "reason": reason,
+        **({"force": "on", "confirm_force": "on"} if force else {}),
+    }
     console = login("oncall").post("/ns/back/rollback", form)
     api = oncall.post(
         "/namespaces/back/rollout/rollback", {"to_stage": "SHADOW", "reason": reason, "force": force}
     )
 
-    assert console.status_code == 302 and api.status_code == 400
+    assert console.status_code == 400 and api.status_code == 400
     assert not Rollback.objects.exists() and Namespace.objects.get(name="back").scheduler_epoch == before
     assert _stage("back") == "V1_READS" and _nothing_audited("rollback")
 
@@ -79,7 +88,9 @@ def test_a_rollback_needs_a_real_reason_at_every_door_forced_or_not(people, reas
 def test_a_coverage_waiver_is_refused_where_the_gate_has_no_coverage_condition(people):
     operator, _ = people
     assert operator.post("/namespaces", {"name": "early", "stage": "LEGACY"}).status_code == 201
-    console = login("operator").post("/ns/early/waive", {"point": "effect", "reason": "no effects here"})
+    console = login("operator").post(
+        "/ns/early/waive", {"point": "effect", "reason": "no effects here", "confirm_waive": "on"}
+    )
     api = operator.post("/namespaces/early/coverage/waive", {"point": "effect", "reason": "no effects here"})
     blank = operator.post("/namespaces/early/coverage/waive", {"point": "effect", "reason": "   "})
 
