@@ -214,7 +214,7 @@ def test_an_operator_approves_a_non_replayable_effect(page, live_server, world, 
     shot(page, "11-effects-backlog")
     page.get_by_role("button", name="Approve").click()
 
-    assert "approved" in page.locator(".messages").inner_text()
+    assert "Approved: effect" in page.locator(".messages").inner_text()
     effect = Effect.objects.get(pk=key)
     assert effect.approved_by == "ui:olivia" and effect.approved_at is not None
     page.goto(f"{live_server.url}/tasks/{task_id}")

@@ -185,7 +185,7 @@ def test_the_incident_drill(page, live_server, shot, settings, db_clock):
         page.get_by_label("Reason (what you checked at the target)").fill("the target has no such request")
         page.get_by_label("I checked: it did not happen").check()
         drill.click(page.get_by_role("button", name="Record: it did not occur"))
-        expect(page.locator(".messages")).to_contain_text("reconciled")
+        expect(page.locator(".messages")).to_contain_text("did not occur")
         drill.click(page.locator("#back-to-ns"))
         page.locator("#rollback-reason").fill("blocker reconciled")
         drill.click(page.get_by_role("button", name="Finish the rollback to V1_READS"))

@@ -48,7 +48,8 @@ def test_an_oncall_rolls_back_and_sees_what_the_write_back_wrote_over(
     page.goto(f"{live_server.url}/ns/{NS}/")
     page.locator("#rollback-to").select_option("SHADOW")
     page.locator("#rollback-reason").fill("old pool still running")
-    page.get_by_label("Finish without a clean drain (recorded)").check()
+    page.get_by_label("Finish without a clean drain").check()
+    page.get_by_label("I understand: if I force it, in-flight work is lost").check()
     page.get_by_role("button", name="Roll back").click()
     page.goto(f"{live_server.url}/ns/{NS}/")
 
