@@ -50,16 +50,26 @@ def overview(request: HttpRequest) -> HttpResponse:
 
 @role_required("viewer")
 def incident_page(request: HttpRequest, ns: str) -> HttpResponse:
-    """A namespace as on-call needs it: the incident header, its fences with their self-checks, resume."""
-    namespace = get_object_or_404(Namespace, name=ns)
-    context = _ctx(
-        request,
-        ns=namespace,
-        incident=selectors.incident(namespace),
-        fences=selectors.fence_history(ns),
-        drain=selectors.drain_counts(namespace),
-    )
-    return render(request, "oncall/incident.html", context)
+    """A namespace as on-call needs it: the incident header, its fences with their self-checks, resume.
+    ``?part=header`` is the header alone: what the pages that show it poll (oncall/_incident_live.html)."""
+    with core_selectors.one_snapshot():
+        namespace = get_object_or_404(Namespace, name=ns)
+        now = clock.now()
+        header = _ctx(
+            request,
+            ns=namespace,
+            incident=selectors.incident(namespace, now),
+            taken_at=now,
+            refresh_seconds=LIVE_REFRESH_SECONDS,
+        )
+        if request.GET.get("part") == "header":
+            return render(request, "oncall/_incident_live.html", header)
+        context = {
+            **header,
+            "fences": selectors.fence_history(ns),
+            "drain": selectors.drain_counts(namespace),
+        }
+        return render(request, "oncall/incident.html", context)
 
 
 @role_required("oncall")
@@ -87,14 +97,16 @@ def fence(request: HttpRequest, ns: str) -> HttpResponse:
         except ClaimError as exc:
             report(request, exc)
             return redirect(home_of(ns))
+    now = clock.now()
     context = _ctx(
         request,
         ns=namespace,
-        incident=selectors.incident(namespace),
+        incident=selectors.incident(namespace, now),
         typed=typed,
         errors=errors,
         home=home_of(ns),
-        taken_at=clock.now(),
+        taken_at=now,
+        refresh_seconds=LIVE_REFRESH_SECONDS,
     )
     return render(request, "oncall/fence.html", context, status=400 if errors else 200)
 

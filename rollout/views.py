@@ -14,11 +14,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from claims import clock
+from claims import clock, interleave
 from claims.errors import ClaimError, Invalid, InvalidTransition
 from claims.models import (
     Namespace,
 )
+from claims.selectors import one_snapshot
 from claims.services.principals import ui_role
 from claims.ui import LIVE_REFRESH_SECONDS, acting, refused, report, role_required
 from oncall import selectors as oncall_selectors
@@ -53,6 +54,7 @@ def _linked(checklist: list[dict], ns: str) -> list[dict]:
 
 def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
     stage = selectors.stage_of(ns)
+    interleave.reach("rollout_page.stage_read")  # a stage move committing here must not show half-applied
     gate = selectors.last_gate(ns, stage)
     order = selectors.ORDER
     here = order.index(stage)
@@ -83,7 +85,9 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         "written_over": selectors.write_back_differences(ns.name, rollback.pk) if rollback else [],
         "legacy_import": selectors.legacy_import_of(ns.name),
         "observers": selectors.observers_shown(),
-        "open_rollback": selectors.open_rollback(ns.name),
+        "open_rollback": (open_rollback := selectors.open_rollback(ns.name)),
+        "rollback_key": f"{stage}|{open_rollback.pk if open_rollback else ''}|{open_rollback.step if open_rollback else ''}",
+        "chosen_back_to": request.GET.get("to_stage") or request.POST.get("to_stage", ""),
         "incident": oncall_selectors.incident(ns, now),
         "checklist": _linked(console.gate_checklist(ns, gate, coverage), ns.name),
         "fences": oncall_selectors.fence_history(ns.name),
@@ -110,11 +114,17 @@ def _last_gates(ns: Namespace, stage: str) -> list[dict]:
 def rollout_page(request: HttpRequest, ns: str) -> HttpResponse:
     """The namespace's rollout page; ``?part=live`` (htmx polls it) renders only the live region — stage, epoch,
     pause, gate, drain, rollback, fences — so the forms below keep what an operator is typing."""
-    namespace = get_object_or_404(Namespace, name=ns)
-    context = _ctx(request, **_rollout_context(request, namespace))
-    if request.GET.get("part") == "live":
-        return render(request, "rollout/_live.html", context)
-    return render(request, "rollout/rollout.html", context)
+    part = {"live": "rollout/_live.html", "rollback": "rollout/_rollback.html"}.get(
+        request.GET.get("part", "")
+    )
+    with one_snapshot():  # every figure as of one moment: never the old stage beside a finished rollback
+        namespace = get_object_or_404(Namespace, name=ns)
+        context = _ctx(request, **_rollout_context(request, namespace))
+        if part == "rollout/_rollback.html" and request.GET.get("shown") == context["rollback_key"]:
+            return HttpResponse(
+                status=204
+            )  # unchanged: htmx keeps the form as it is (an open list stays open)
+        return render(request, part or "rollout/rollout.html", context)
 
 
 @role_required("operator")
@@ -232,7 +242,8 @@ def _filtered(ns: str, query: Any) -> tuple[Any, dict[str, str]]:
 
 @role_required("viewer")
 def mismatches(request: HttpRequest, ns: str) -> HttpResponse:
-    return _mismatches_page(request, ns, request.GET)
+    with one_snapshot():
+        return _mismatches_page(request, ns, request.GET)
 
 
 def _mismatches_page(request: HttpRequest, ns: str, query: Any) -> HttpResponse:
@@ -255,7 +266,9 @@ def _mismatches_page(request: HttpRequest, ns: str, query: Any) -> HttpResponse:
         _ctx(
             request,
             ns=namespace,
-            incident=oncall_selectors.incident(namespace),
+            incident=oncall_selectors.incident(namespace, clock.now()),
+            taken_at=clock.now(),
+            refresh_seconds=LIVE_REFRESH_SECONDS,
             rows=rows,
             grouped=grouped,
             kept_filter=chosen,

@@ -107,3 +107,47 @@ def test_after_a_rollback_every_figure_is_in_the_live_region_and_the_old_gate_is
     assert "history, not the gate now" in html and "HOLDS ✓" not in html.split("Every gate")[1]
     for figure in ("Validation coverage", "Stage history", "V1_WRITES → V1_READS"):
         assert figure in html  # in the refreshed region itself
+
+
+def test_every_page_with_the_incident_header_polls_it_and_says_how_old_it_is(oncall, operator):
+    """Issue 36: fenced through the API, the fence form, the mismatch report and the incident page still said
+    "open", epoch 2, 8 s later, with nothing marking them as old. Each now polls the header (``?part=header``)."""
+    assert operator.post("/namespaces", {"name": "hdr", "stage": "SHADOW"}).status_code == 201
+    ui = login("oncall")
+    pages = [ui.get(path) for path in ("/ns/hdr/fence", "/ns/hdr/mismatches", "/ns/hdr/incident")]
+    assert oncall.post("/namespaces/hdr/fence", {"reason": "stale writer"}).status_code == 200
+
+    header = ui.get("/ns/hdr/incident", {"part": "header"})
+
+    for page in pages:
+        assert page.status_code == 200
+        assert b'hx-get="/ns/hdr/incident?part=header"' in page.content and b"as of <time" in page.content
+        assert b'<strong id="epoch">1</strong>' in page.content
+    assert header.status_code == 200 and b"<html" not in header.content
+    assert b'<strong id="epoch">2</strong>' in header.content and b'id="paused">PAUSED' in header.content
+    assert b"stale writer" in header.content and b"as of <time" in header.content
+
+
+def test_the_rollback_form_follows_the_stage_and_is_not_redrawn_while_it_holds(oncall, operator):
+    """Issue 36: the Rollback "Back to" list was as of page load. ``?part=rollback`` answers the form for the
+    stage now; 204 (htmx keeps what is there) while the stage and open rollback are as the page shows them."""
+    assert operator.post("/namespaces", {"name": "back", "stage": "V1_WRITES"}).status_code == 201
+    ui = login("oncall")
+    first = ui.get("/ns/back/", {"part": "rollback"})
+    key = first.context["rollback_key"]
+    same = ui.get("/ns/back/", {"part": "rollback", "shown": key, "to_stage": "SHADOW"})
+    assert (
+        oncall.post("/namespaces/back/rollout/rollback", {"to_stage": "SHADOW", "reason": "x"}).status_code
+        == 200
+    )
+
+    moved = ui.get("/ns/back/", {"part": "rollback", "shown": key, "to_stage": "SHADOW"})
+
+    assert first.status_code == 200 and b"<option >V1_READS</option>" in first.content
+    assert same.status_code == 204 and same.content == b""
+    assert moved.status_code == 200 and b"V1_READS</option>" not in moved.content
+    assert b"<option selected>SHADOW</option>" not in moved.content  # SHADOW is the stage now, not offered
+    assert (
+        b"<option >LEGACY</option>" in moved.content
+        and b"Offered for stage <strong>SHADOW</strong>" in moved.content
+    )

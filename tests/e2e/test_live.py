@@ -133,3 +133,32 @@ def test_the_effects_backlog_and_a_tasks_page_update_without_a_reload(page, live
     worker.claim(second)
     expect(page.locator("#lanes-text tbody tr")).to_have_count(2, timeout=10_000)
     assert page.evaluate("window.__notReloaded") is True
+
+
+def test_the_incident_header_is_live_on_the_fence_form_and_the_mismatch_report_and_says_when_it_is_stale(
+    page, live_server
+):
+    """Issue 36: fenced through the API, the fence form and the mismatch report still said "open", epoch 2, 8 s
+    later. Now each shows the new epoch within a refresh, keeps what is typed, and — when refreshes stop
+    arriving — marks the header stale with its age."""
+    ensure_default_namespace()
+    ui_user("oscar", "oncall")
+    elsewhere = make_actor("ona-oncall", "oncall")
+    log_in(page, live_server, "oscar")
+    report = page.context.new_page()
+    report.goto(f"{live_server.url}/ns/default/mismatches")
+    page.goto(f"{live_server.url}/ns/default/fence")
+    page.locator("#fence-reason").fill("typing, not submitted")
+    expect(page.locator("#epoch")).to_have_text("1")
+
+    elsewhere.post("/namespaces/default/fence", {"reason": "fenced through the API"})
+
+    for shown in (page, report):
+        expect(shown.locator("#epoch")).to_have_text("2", timeout=10_000)
+        expect(shown.locator("#paused")).to_have_text("PAUSED")
+    assert page.locator("#fence-reason").input_value() == "typing, not submitted"
+    expect(page.locator("#incident-live .stale-mark")).to_be_hidden()
+
+    page.route("**/incident?part=header", lambda route: route.abort())  # the server can no longer be reached
+    expect(page.locator("#incident-live .stale-mark")).to_be_visible(timeout=15_000)
+    assert int(page.locator("#incident-live .stale-for").inner_text()) >= 7
