@@ -234,12 +234,14 @@ def overview(now: datetime | None = None) -> list[dict[str, Any]]:
 
 
 def _urgency(row: dict[str, Any]) -> tuple[Any, ...]:
-    """The board's order: namespaces in trouble first — among them those with a stale writer's commit accepted,
-    then the one whose oldest unexplained mismatch has waited longest — then those whose gate holds, then by
-    name."""
+    """The board's order: namespaces in trouble first — among them those with a stale writer's commit accepted
+    (stale authority is acting), then a rollback whose drain has not moved longest (claims stay paused until it
+    ends: an outage), then the one whose oldest unexplained mismatch has waited longest — then those whose gate
+    holds, then by name."""
     return (
         not row["trouble"],
         not row.get("stale_writers"),
+        -(row.get("drain_stalled_for") or 0),
         -(row.get("oldest_mismatch_age") or 0),
         not row["can_advance"],
         row["ns"].name,
@@ -253,6 +255,8 @@ def _trouble(row: dict[str, Any]) -> list[str]:
         reasons.append("claims paused")
     if row["rollback"]:
         reasons.append("rollback under way")
+    if row.get("drain_stalled_for"):
+        reasons.append(f"its drain has not moved for {row['drain_stalled_for'] / 60:.0f} min")
     if row["jobs_behind"]:
         reasons.append("jobs behind")
     if row.get("mismatches"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Count, Min, Q
 from django.urls import reverse
 
@@ -17,7 +18,16 @@ from oncall.selectors import Lease, age_seconds, live_tasks
 
 from . import selectors
 from .legacy import legacy_store
-from .models import Mismatch, MismatchReason, MismatchStatus, ObserverPosition, Stage, WorkerRegistration
+from .models import (
+    DrainSnapshot,
+    Mismatch,
+    MismatchReason,
+    MismatchStatus,
+    ObserverPosition,
+    Rollback,
+    Stage,
+    WorkerRegistration,
+)
 
 
 @extensions.namespace_facts
@@ -39,10 +49,40 @@ def rollout_facts(namespace: Namespace, now: datetime) -> dict[str, Any]:
         "gate_age": age_seconds(gate.at, now) if gate else None,
         "rollback": rollback,
         "rollback_waits_on": selectors.drain_now(namespace) if rollback else None,
+        "drain_stalled_for": _drain_stalled_for(rollback),
         "last_drain_check_age": snapshot_age,
         "jobs_behind": behind,
         **_unexplained(namespace, now),
     }
+
+
+def _drain_stalled_for(rollback: Rollback | None) -> float | None:
+    """How long an open rollback's drain has not moved: the seconds its outstanding work (live leases, UNKNOWN
+    effects, staged results awaiting commit, in the whole namespace's snapshots since it began) has not gone down —
+    ``None`` when no rollback is open, it is clean, or it moved within four drain intervals (a drain check or two
+    may take its time)."""
+    if rollback is None:
+        return None
+    snapshots = DrainSnapshot.objects.filter(
+        namespace=rollback.namespace, pool="", taken_at__gte=rollback.started_at
+    ).order_by("-taken_at", "-id")[:500]
+
+    def outstanding(s: DrainSnapshot) -> int:
+        return s.active_leases + s.unknown_effects + s.awaiting_commit
+
+    latest, since = None, None
+    for snapshot in snapshots:
+        if latest is None:
+            if not outstanding(snapshot):
+                return None
+            latest = snapshot
+        elif outstanding(snapshot) > outstanding(latest):
+            break  # it went down after this one
+        since = snapshot.taken_at
+    if latest is None or since is None:
+        return None
+    stalled = (latest.taken_at - since).total_seconds()
+    return stalled if stalled >= 4 * settings.DRAIN_INTERVAL_SECONDS else None
 
 
 def _unexplained(namespace: Namespace, now: datetime) -> dict[str, Any]:

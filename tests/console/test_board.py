@@ -95,3 +95,42 @@ def test_the_board_orders_trouble_by_urgency_before_name(operator):
         _card(rows, "zzz-stale")["stale_writers"] == 1
         and _card(rows, "mmm-old")["oldest_mismatch_age"] >= 3600
     )
+
+
+def test_a_rollback_whose_drain_does_not_move_comes_before_older_mismatches(operator, oncall, settings):
+    """Issue 36: the board's urgency names a drain that does not move. A rollback waiting on a lease that is not
+    going away (the drain's outstanding work flat for 4 intervals) comes before a namespace with an hour-old
+    mismatch — claims stay paused until the rollback ends — and says so on its card."""
+    from datetime import timedelta
+
+    from claims import clock
+    from rollout.models import DrainSnapshot, Mismatch, Rollback
+
+    settings.DRAIN_INTERVAL_SECONDS = 15
+    for name, stage in (("aaa-mismatch", "SHADOW"), ("zzz-stuck", "SHADOW"), ("mmm-moving", "SHADOW")):
+        assert operator.post("/namespaces", {"name": name, "stage": stage}).status_code == 201
+    now = clock.now()
+    Mismatch.objects.create(
+        namespace="aaa-mismatch", task_id=operator.create(namespace="aaa-mismatch").json()["task_id"],
+        operation="complete", api="legacy", legacy={}, v1={}, reason="WINNER_DIFFERS", at=now - timedelta(hours=1),
+    )  # fmt: skip
+    for name, figures in (("zzz-stuck", [3, 3, 3, 3, 3, 3]), ("mmm-moving", [6, 5, 4, 3, 2, 1])):
+        # A rollback draining (its record as stages.rollback leaves it while it waits), and its drain checks.
+        Rollback.objects.create(
+            namespace=name, from_stage="SHADOW", to_stage="LEGACY", step="DRAINING", reason="drill",
+            principal=oncall.name, scheduler_epoch=2, started_at=now,
+        )  # fmt: skip
+        for i, outstanding in enumerate(figures):
+            DrainSnapshot.objects.create(
+                namespace=name, pool="", active_leases=outstanding, unknown_effects=0, awaiting_commit=0,
+                is_clean=False, clean_streak=0, taken_at=now + timedelta(seconds=15 * i),
+            )  # fmt: skip
+
+    rows = login("viewer").get("/", {"part": "live"}).context["rows"]
+
+    assert [row["ns"].name for row in rows][:3] == ["zzz-stuck", "aaa-mismatch", "mmm-moving"]
+    assert (
+        _card(rows, "zzz-stuck")["drain_stalled_for"] == 75
+        and _card(rows, "mmm-moving")["drain_stalled_for"] is None
+    )
+    assert "its drain has not moved for 1 min" in _card(rows, "zzz-stuck")["trouble"]

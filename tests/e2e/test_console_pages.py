@@ -168,3 +168,40 @@ def test_the_gate_checklist_links_to_what_holds_it_shut(page, live_server, shot)
 
     page.wait_for_url(f"{live_server.url}/ns/shady/mismatches?status=OPEN")
     assert page.locator("#mismatch-list tbody tr").count() == 2
+
+
+def test_the_mismatch_list_at_390_px_shows_each_reason_and_status_on_screen(page, live_server, shot):
+    """Issue 36: at 390 px the mismatch list hid Reason and Status off-screen (the table scrolled sideways). Each
+    row now stacks as a card, its cells named, Reason and Status first; nothing is wider than the screen."""
+    from claims import clock
+    from rollout.models import Mismatch
+
+    ui_user("rita", "reviewer")
+    operator = make_actor("api-operator", "operator")
+    operator.post("/namespaces", {"name": "shady", "stage": "SHADOW"})
+    for reason in ("STALE_COMMIT_ACCEPTED", "WINNER_DIFFERS"):
+        Mismatch.objects.create(
+            namespace="shady", task_id=operator.create(namespace="shady").json()["task_id"], operation="complete",
+            api="legacy", legacy={}, v1={}, reason=reason, at=clock.now(),
+        )  # fmt: skip
+    page.set_viewport_size({"width": 390, "height": 844})
+    log_in(page, live_server, "rita")
+
+    page.goto(f"{live_server.url}/ns/shady/mismatches")
+
+    cells = page.evaluate(
+        """() => {
+          const heads = [...document.querySelectorAll('#mismatch-list thead th')].map((th) => th.textContent.trim());
+          return [...document.querySelectorAll('#mismatch-list tbody tr')].flatMap((tr) =>
+            ['Reason', 'Status'].map((name) => {
+              const box = tr.children[heads.indexOf(name)].getBoundingClientRect();
+              return [name, box.left, box.right];
+            }));
+        }"""
+    )
+    assert len(cells) == 4 and all(left >= 0 and right <= 390 for _, left, right in cells), cells
+    first = page.locator("#mismatch-list tbody tr").first.locator("td.mm-reason")
+    assert first.inner_text() == "WINNER_DIFFERS"
+    assert first.evaluate("td => getComputedStyle(td, '::before').content") == '"Reason: "'  # each cell named
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    shot(page, "23-mismatches-390px")
