@@ -127,8 +127,12 @@ def refused(
 ) -> HttpResponse:
     """A console form the service refused. Field errors (``Invalid``, the same the API answers 400 with): the page
     ``again``, status 400, each error beside its field (templatetags/console_forms.py) and what was typed kept —
-    ``form`` names which form on the page. Any other refusal (a 409's outcome word): said as the API says it,
-    then ``back`` to the page."""
+    ``form`` names which form on the page. A 403 (the role may not do this with the form): the 403 page, as the
+    API answers. Any other refusal (a 409's outcome word): said as the API says it, then ``back`` to the page."""
+    if (
+        exc.status == 403
+    ):  # the role may use the form, not this use of it (an operator's override): as the API
+        return error_page(403, "Not allowed", str(exc.body().get("detail") or exc))
     report(request, exc)
     errors = exc.body().get("errors")
     if not errors:

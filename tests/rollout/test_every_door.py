@@ -90,7 +90,7 @@ ACTIONS: dict[str, Action] = {
     # --- the rollout: stages, waivers, drains, mismatches -------------------------------------------------------
     "advance": Action(
         may="oncall",
-        may_not="reviewer",
+        may_not="operator",  # an operator may advance, not override
         stage="SHADOW",
         body=lambda s: {"to_stage": "V1_READS", "override": True, "reason": "drill: the gate is known shut"},
         form=lambda s: {
