@@ -79,7 +79,8 @@ class NamespaceResumeApi(_DescribesNamespaces, APIView):
         request=s.OptionalReasonIn,
         responses={200: s.ResumedOut, **error_responses(400, 401, 403, 404, 409)},
         description="Lift the pause; the epoch stays. Answers `{outcome: RESUMED, ...namespace}`. The reason is "
-        "optional (the frozen contract sends none) and audited with the principal. While the pause is held — a "
+        "optional at every door — the console's form too (the frozen contract sends none); given, it is trimmed and "
+        "audited with the principal. While the pause is held — a "
         "rollback draining holds it until it ends — 409 PAUSE_HELD (reason ROLLBACK), whoever asks.",
     )
     def post(self, request: AuthedRequest, ns: str) -> Response:

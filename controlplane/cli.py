@@ -7,7 +7,7 @@ it needs no checkout.
     claimctl worker              a Celery worker (production: as many as you like)
     claimctl beat                the Celery beat (exactly one per deployment)
     claimctl migrate             apply the migrations
-    claimctl issue-token --role worker --name w1        claimctl revoke-token PREFIX --reason … --as OPERATOR
+    claimctl issue-token --role worker --name w1        claimctl revoke-token PREFIX --reason … --as OPERATOR --yes
     claimctl fence NAMESPACE --reason … --as ONCALL      claimctl fence-check FENCE_ID
     claimctl gateway list | apply FILE | set-downstream NAME | set-rule SERVER TOOL  (--as OPERATOR; docs/mcp.md)
     claimctl check               Django's system checks (``--deploy`` for production's)

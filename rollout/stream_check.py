@@ -241,7 +241,7 @@ def _slot(report: Any, connection: Any) -> None:
             wal_status != "lost",
             f"slot {slot} is usable (wal_status {wal_status})",
             f"slot {slot} was invalidated (wal_status lost: WAL it needed is gone): take a new snapshot — "
-            "manage.py legacy_observe --resnapshot REASON --as ONCALL (docs/adopting.md, runbook)",
+            "manage.py legacy_observe --resnapshot REASON --as ONCALL --yes (docs/adopting.md, runbook)",
         )
 
 

@@ -31,14 +31,19 @@ def _tokens_changed(key_hash: str | None) -> None:
     transaction.on_commit(lambda: [forget(key_hash) for forget in on_tokens_changed])
 
 
+def revocation_reason(reason: str | None) -> str:
+    """A revocation's rule, whoever asks: a reason that is real text, trimmed."""
+    return real_text(
+        reason, why="A revocation needs a reason: whoever holds the token stops working at once."
+    )
+
+
 def token_revoke(*, token_id: int, principal: Principal | None = None, reason: str = "") -> bool:
     """Revoke a token: from now on it authenticates nothing — at once in this process, within
     ``TOKEN_CACHE_SECONDS`` in every other (``claims.auth``). False when it was already revoked. Done by an operator
     (``principal``) it needs a real reason, and is audited with it: the token's holder stops working at once."""
     if principal is not None:
-        reason = real_text(
-            reason, why="A revocation needs a reason: whoever holds the token stops working at once."
-        )
+        reason = revocation_reason(reason)
     with transaction.atomic(durable=True):
         token = Token.objects.select_for_update().select_related("principal").filter(pk=token_id).first()
         if token is None or token.revoked_at is not None:

@@ -86,15 +86,20 @@ def setup() -> ObserverPosition:
     return position
 
 
+def resnapshot_allowed(*, principal: Any, reason: str) -> str:
+    """A resnapshot's rules (its role, a real reason), checked before anything is done: the reason, trimmed."""
+    if principal.role != Role.ONCALL:
+        raise ObserveRefused(f"{principal.name} is {principal.role}: a resnapshot is oncall's")
+    return real_text(
+        reason, why="A resnapshot needs a reason: the legacy decisions in the gap are never judged."
+    )
+
+
 def resnapshot(*, principal: Any, reason: str) -> ObserverPosition:
     """After the slot was invalidated (``wal_status = lost``: the WAL it needed is gone) or dropped — oncall's: a new
     slot, the position reset to it, and the gap audited. The legacy decisions between the last judged commit and the
     new slot's start are never judged (the runbook says so). The pre-flight runs again first."""
-    if principal.role != Role.ONCALL:
-        raise ObserveRefused(f"{principal.name} is {principal.role}: a resnapshot is oncall's")
-    reason = real_text(
-        reason, why="A resnapshot needs a reason: the legacy decisions in the gap are never judged."
-    )
+    reason = resnapshot_allowed(principal=principal, reason=reason)
     store = legacy_store()
     slot = settings.LEGACY_OBSERVE_SLOT
     with connections[store.mapping.database].cursor() as cursor:  # type: ignore[attr-defined]

@@ -320,6 +320,7 @@ ACTIONS: dict[str, Action] = {
             *_opt("--reason", b.get("reason")),
             "--as",
             who,
+            "--yes",  # confirmed: what is refused is the request itself
         ],
         text=("reason",),
     ),  # fmt: skip
@@ -327,7 +328,13 @@ ACTIONS: dict[str, Action] = {
         may="oncall",
         may_not="operator",
         body=lambda s: {"reason": "the slot was lost in the failover"},
-        cli=lambda s, b, who: ["legacy_observe", *_opt("--resnapshot", b.get("reason")), "--as", who],
+        cli=lambda s, b, who: [
+            "legacy_observe",
+            *_opt("--resnapshot", b.get("reason")),
+            "--as",
+            who,
+            "--yes",
+        ],
         text=("reason",),
         cli_missing=False,  # without --resnapshot the command observes: another action
     ),  # fmt: skip

@@ -181,7 +181,10 @@ def test_revoking_a_token_needs_a_reason_and_an_operator_and_is_audited(people):
     with pytest.raises(CommandError, match="operator"):
         call_command("revoke_token", prefix, "--reason", "leaked", "--as", "agent-z")
     assert Token.objects.get(principal__name="agent-z").revoked_at is None
-    call_command("revoke_token", prefix, "--reason", "leaked in a log", "--as", "olivia-operator")
+    with pytest.raises(CommandError, match="whoever holds it stops working.*pass --yes"):
+        call_command("revoke_token", prefix, "--reason", "leaked in a log", "--as", "olivia-operator")
+    assert Token.objects.get(principal__name="agent-z").revoked_at is None  # not confirmed: nothing done
+    call_command("revoke_token", prefix, "--reason", "leaked in a log", "--as", "olivia-operator", "--yes")
     assert Token.objects.get(principal__name="agent-z").revoked_at is not None
     entry = AuditEntry.objects.get(action="token_revoke")
     assert (entry.principal, entry.reason) == ("olivia-operator", "leaked in a log")
@@ -219,3 +222,15 @@ def test_a_bulk_review_can_take_every_mismatch_the_filter_shows_and_keeps_the_fi
         ("STALE_COMMIT_ACCEPTED", "EXPLAINED"),
         ("WINNER_DIFFERS", "OPEN"),
     ]
+
+
+def test_a_resnapshot_says_what_it_gives_up_and_needs_a_confirmation(people):
+    """Issue 36: a resnapshot never judges the legacy decisions in its gap. The command says so and does nothing
+    until it is confirmed (``--yes``, or typed at a terminal); its rules come first."""
+    with pytest.raises(CommandError, match="never judged.*pass --yes"):
+        call_command("legacy_observe", "--resnapshot", "the slot was lost", "--as", "oscar-oncall")
+    with pytest.raises(CommandError, match="oncall"):
+        call_command(
+            "legacy_observe", "--resnapshot", "the slot was lost", "--as", "olivia-operator", "--yes"
+        )
+    assert _nothing_audited("observer_resnapshot")

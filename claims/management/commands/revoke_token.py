@@ -6,8 +6,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from claims.errors import ClaimError
+from claims.management.commands._common import confirmed
 from claims.models import Principal, Role, Token
 from claims.services import token_revoke
+from claims.services.principals import revocation_reason
 
 
 class Command(BaseCommand):
@@ -24,6 +26,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--as", dest="principal", required=True, help="the operator or on-call revoking it"
         )
+        parser.add_argument("--yes", action="store_true", help="confirm without being asked (scripts)")
 
     def handle(self, *args, token: str, reason: str, principal: str, **options):
         who = Principal.objects.filter(name=principal, role__in=[Role.OPERATOR, Role.ONCALL]).first()
@@ -42,6 +45,20 @@ class Command(BaseCommand):
             raise CommandError("no live token with that prefix")
         if len(matches) > 1:
             raise CommandError(f"{len(matches)} live tokens share that prefix: give the whole token")
+        try:
+            revocation_reason(reason)  # the service's rule, said before asking to confirm
+        except ClaimError as exc:
+            raise CommandError(json.dumps(exc.body(), default=str)) from None
+        held = matches[0]
+        confirmed(
+            self.stdout,
+            consequence=(
+                f"This revokes {held.prefix}… of {held.principal.name} ({held.principal.role}): every process "
+                f"refuses it within {settings.TOKEN_CACHE_SECONDS} s, and whoever holds it stops working."
+            ),
+            answer=held.prefix,
+            yes=options.get("yes", False),
+        )
         try:
             token_revoke(token_id=matches[0].pk, principal=who, reason=reason)
         except ClaimError as exc:

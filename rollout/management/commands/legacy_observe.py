@@ -12,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from claims.errors import ClaimError
-from claims.management.commands._common import fail
+from claims.management.commands._common import confirmed, fail
 from claims.models import Principal
 from rollout.services import observe, observers
 
@@ -30,6 +30,7 @@ class Command(BaseCommand):
             help="the slot was invalidated (wal_status lost) or dropped: a new one, the gap audited (oncall's)",
         )
         parser.add_argument("--as", dest="principal", help="the oncall principal running --resnapshot")
+        parser.add_argument("--yes", action="store_true", help="confirm --resnapshot without being asked")
         parser.add_argument("--once", action="store_true", help="one pass, then exit")
         parser.add_argument("--interval", type=float, default=1.0, help="seconds between passes")
         parser.add_argument(
@@ -44,6 +45,16 @@ class Command(BaseCommand):
                     raise CommandError(
                         "--resnapshot needs --as NAME, an oncall principal (issue_token --role oncall)"
                     )
+                observe.resnapshot_allowed(principal=who, reason=resnapshot)
+                confirmed(
+                    self.stdout,
+                    consequence=(
+                        "A resnapshot starts a new slot: the legacy decisions between the last one judged and the "
+                        "new slot's start are never judged (the gap is audited)."
+                    ),
+                    answer="resnapshot",
+                    yes=options.get("yes", False),
+                )
                 position = observe.resnapshot(principal=who, reason=resnapshot)
                 self.stdout.write(
                     f"a new slot {position.name}; the gap is in the audit log (observer_resnapshot)"
