@@ -3,12 +3,15 @@ go through services, and are audited with the principal. (tests/e2e drives the s
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import Client
 
 from claims.models import AuditEntry, Effect, Namespace
+from tests.support.actors import make_actor
 from tests.support.console import login
 from tests.support.rollout import stage_of
 
@@ -296,3 +299,22 @@ def test_the_rollout_page_shows_the_import_the_observer_behind_a_lease_and_what_
     assert "Import RUNNING: 50 of 200 rows read (25 %)" in page
     assert "ended 12.5 s behind legacy" in page and "behind by more than a lease" in page
     assert "t-old" in page and "completed by old-1" in page and "CLEARED" in page
+
+
+def test_a_refusal_that_is_not_a_fence_is_not_called_fenced_on_the_timeline(
+    ui_operator, operator, worker_a, ready_task
+):
+    """Issue 36: a refused reconcile (NOT_UNKNOWN) was on the task's timeline as "fenced @effect"."""
+    claim = worker_a.claim(ready_task).json()
+    key = worker_a.prepare(claim, "mail", {"to": "ops"}).json()["effect_id"]
+    early = operator.post(f"/effects/{key}/reconcile", {"observed": "OCCURRED", "reason": "looked"})
+    oncall = make_actor("oscar-oncall", "oncall")
+    oncall.post("/namespaces/default/fence", {"reason": "drill"})
+    late = worker_a.renew(claim)
+
+    page = ui_operator.get(f"/tasks/{ready_task}").content.decode()
+
+    assert early.json()["outcome"] == "NOT_UNKNOWN" and late.json()["outcome"] == "FENCED"
+    assert re.search(r"<strong>refused</strong>[^<]*@effect: NOT_UNKNOWN", page)
+    assert "@effect: NOT_UNKNOWN" in page and "<strong>fenced</strong>" in page  # the renew was fenced
+    assert not re.search(r"<strong>fenced</strong>[^<]*@effect: NOT_UNKNOWN", page)
