@@ -48,20 +48,25 @@ def overview(request: HttpRequest) -> HttpResponse:
     return render(request, "oncall/overview.html", context)
 
 
+def _header(request: HttpRequest, namespace: Namespace) -> dict:
+    """What oncall/_incident_live.html shows: the incident header as of now, and how often it is refreshed."""
+    now = clock.now()
+    return _ctx(
+        request,
+        ns=namespace,
+        incident=selectors.incident(namespace, now),
+        taken_at=now,
+        refresh_seconds=LIVE_REFRESH_SECONDS,
+    )
+
+
 @role_required("viewer")
 def incident_page(request: HttpRequest, ns: str) -> HttpResponse:
     """A namespace as on-call needs it: the incident header, its fences with their self-checks, resume.
     ``?part=header`` is the header alone: what the pages that show it poll (oncall/_incident_live.html)."""
     with core_selectors.one_snapshot():
         namespace = get_object_or_404(Namespace, name=ns)
-        now = clock.now()
-        header = _ctx(
-            request,
-            ns=namespace,
-            incident=selectors.incident(namespace, now),
-            taken_at=now,
-            refresh_seconds=LIVE_REFRESH_SECONDS,
-        )
+        header = _header(request, namespace)
         if request.GET.get("part") == "header":
             return render(request, "oncall/_incident_live.html", header)
         context = {
@@ -89,25 +94,12 @@ def fence(request: HttpRequest, ns: str) -> HttpResponse:
             services.fence_reason(typed["reason"])  # said with the confirmation's error, not after it
         except Invalid as exc:
             errors |= {name: " ".join(why) for name, why in exc.errors.items()}
-            if set(exc.errors) - {
-                "reason",
-                "confirm",
-            }:  # not a field of the form (its fence_id): said above it
+            if set(exc.errors) - {"reason", "confirm"}:  # not a field of the form (its fence_id): above it
                 report(request, exc)
         except ClaimError as exc:
             report(request, exc)
             return redirect(home_of(ns))
-    now = clock.now()
-    context = _ctx(
-        request,
-        ns=namespace,
-        incident=selectors.incident(namespace, now),
-        typed=typed,
-        errors=errors,
-        home=home_of(ns),
-        taken_at=now,
-        refresh_seconds=LIVE_REFRESH_SECONDS,
-    )
+    context = {**_header(request, namespace), "typed": typed, "errors": errors, "home": home_of(ns)}
     return render(request, "oncall/fence.html", context, status=400 if errors else 200)
 
 
