@@ -163,3 +163,20 @@ def document_every_operation(result: dict[str, Any], generator, request, public)
                     p for p in _PAGE_PARAMETERS if p["name"] not in names
                 )
     return result
+
+
+LITERALS = ("outcome", "decided_by")
+
+
+def literal_answers(result: dict[str, Any], generator, request, public) -> dict[str, Any]:
+    """An answer's ``outcome`` (and a routed answer's ``decided_by``) that is always one word is that word: an enum
+    of one, required — the server always sends it. Typed clients can then narrow a union of answers on it (the
+    TypeScript client: ``claim.outcome === "CLAIMED"``; ``"decided_by" in answer`` is legacy's decision)."""
+    for schema in result.get("components", {}).get("schemas", {}).values():
+        for name in LITERALS:
+            field = schema.get("properties", {}).get(name)
+            if field and field.get("type") == "string" and "default" in field and "enum" not in field:
+                field["enum"] = [field["default"]]
+                if name not in schema.get("required", []):
+                    schema["required"] = sorted([*schema.get("required", []), name])
+    return result

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -203,7 +203,7 @@ class ControlPlane:
         raise _error(response)
 
     def _backoff(self, attempt: int) -> float:
-        return min(5.0, 0.1 * 2**attempt)
+        return min(5.0, 0.1 * 2.0**attempt)
 
     def _retry_after(self, response: httpx.Response, attempt: int) -> float:
         try:
@@ -221,10 +221,10 @@ class ControlPlane:
 
     # -- reads --
     def namespace(self, name: str = "default") -> dict[str, Any]:
-        return self._request("GET", f"/namespaces/{name}").json()
+        return cast(dict[str, Any], self._request("GET", f"/namespaces/{name}").json())
 
     def task(self, task_id: str) -> dict[str, Any]:
-        return self._request("GET", f"/tasks/{task_id}").json()
+        return cast(dict[str, Any], self._request("GET", f"/tasks/{task_id}").json())
 
     # -- claims --
     def _claimed(self, body: dict[str, Any], started: float, ttl: int) -> Claim:
@@ -333,7 +333,7 @@ class ControlPlane:
             "result_digest": digest(result),
         }
         answer = self._request("POST", f"/tasks/{claim.task_id}/results", body, idempotent=True)
-        return answer.json()["staged_result_id"]
+        return str(answer.json()["staged_result_id"])
 
     def commit(
         self,
@@ -426,7 +426,7 @@ class ControlPlane:
         body = {"state": state, **self._attempt(claim)}
         if external_ref is not None:
             body["external_ref"] = external_ref
-        return self._request("POST", f"/effects/{effect_id}/outcome", body).json()["state"]
+        return str(self._request("POST", f"/effects/{effect_id}/outcome", body).json()["state"])
 
     def reconcile(
         self, claim: Claim, effect_id: str, *, occurred: bool, external_ref: str | None = None
@@ -434,14 +434,14 @@ class ControlPlane:
         body = {"observed": "OCCURRED" if occurred else "NOT_OCCURRED", **self._attempt(claim)}
         if external_ref is not None:
             body["external_ref"] = external_ref
-        return self._request("POST", f"/effects/{effect_id}/reconcile", body).json()["state"]
+        return str(self._request("POST", f"/effects/{effect_id}/reconcile", body).json()["state"])
 
     def dispatch(self, claim: Claim, effect_id: str, payload: Any, *, target: str) -> str:
         body = {"payload": payload, "target": target, **self._attempt(claim)}
-        return self._request("POST", f"/effects/{effect_id}/dispatch", body).json()["dispatch_id"]
+        return str(self._request("POST", f"/effects/{effect_id}/dispatch", body).json()["dispatch_id"])
 
     def effect_record(self, effect_id: str) -> dict[str, Any]:
-        return self._request("GET", f"/effects/{effect_id}").json()
+        return cast(dict[str, Any], self._request("GET", f"/effects/{effect_id}").json())
 
     def effect(
         self,

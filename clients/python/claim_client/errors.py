@@ -28,7 +28,8 @@ class Invalid(ClaimError):
 
     @property
     def errors(self) -> dict[str, list[str]]:
-        return self.body.get("errors", {})
+        errors: dict[str, list[str]] = self.body.get("errors", {})
+        return errors
 
 
 class Unauthenticated(ClaimError):

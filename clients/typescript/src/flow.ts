@@ -18,7 +18,7 @@ async function main(): Promise<void> {
     });
     if (response.status !== 200 || !data || error) throw new Error(`claim-next answered ${response.status}`);
     if ("decided_by" in data) throw new Error("expected claim.v1 to decide");
-    return data as Claim;
+    return data; // narrowed: not legacy's decision, so the core's claim
   };
   const commit = (claim: Claim, result: unknown) =>
     cp.POST("/api/v1/tasks/{task_id}/commit", {
