@@ -9,11 +9,12 @@ PORT ?= 8000
 
 .PHONY: run serve test lint format migrate bench model clean screenshots schema
 
-# What running needs, and nothing else (the package and its pinned dependencies: no test or lint tool).
+# What running needs, and nothing else (the package and its pinned dependencies, and the worker SDK the README's
+# example worker uses: no test or lint tool).
 $(BIN)/.runtime: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e . -e clients/python
 	touch $@
 
 # The server with its dev tools, and the worker SDK (its own distribution, clients/python) that the tests use.

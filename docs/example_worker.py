@@ -19,7 +19,9 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The worker SDK from this checkout (clients/python), so that the example runs with what `make run` installs —
+# or with the server's package alone — as well as where the SDK is installed (pip install ./clients/python).
+sys.path.append(str(Path(__file__).resolve().parent.parent / "clients" / "python"))
 
 import claim_client as sdk  # noqa: E402
 

@@ -154,6 +154,27 @@ def _run_session(venv: Path, env: dict[str, str], cwd: Path, url: str) -> str:
     return done.stdout
 
 
+def _run_the_example_worker(venv: Path, env: dict[str, str], cwd: Path, url: str) -> None:
+    """Issue 37: the README's example worker (docs/example_worker.py) failed after `make run` with
+    ModuleNotFoundError: claim_client. With the server's package alone installed it finishes a task."""
+    worker = _claimctl(venv, env, cwd, "issue-token", "--role", "worker", "--name", "worker-ex").split()[-1]
+    operator = _claimctl(venv, env, cwd, "issue-token", "--role", "operator", "--name", "op-ex").split()[-1]
+    task = httpx.post(
+        f"{url}/api/v1/tasks",
+        json={"node_id": "example", "input": {"n": 1}},
+        headers={"Authorization": f"Bearer {operator}"},
+        timeout=10,
+    ).json()["task_id"]
+    done = subprocess.run(
+        [str(venv / "bin/python"), str(ROOT / "docs/example_worker.py"), "--url", url, "--token", worker,
+         "--owner", "worker-ex", "--once"],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    answer = httpx.get(f"{url}/api/v1/tasks/{task}", headers={"Authorization": f"Bearer {operator}"}, timeout=10)
+    assert answer.json()["state"] == "COMMITTED", answer.json()
+
+
 def _descendants(pid: int) -> set[int]:
     out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
     children: dict[int, list[int]] = {}
@@ -202,6 +223,7 @@ def test_the_wheel_runs_the_worked_session_on_the_embedded_default_and_stops_on_
         ready = _ready(url, run)
         assert ready["version"] == controlplane.__version__
         _run_session(clean_venv, env, elsewhere, url)
+        _run_the_example_worker(clean_venv, env, elsewhere, url)
         assert run.proc is not None
         family = _descendants(run.proc.pid)
         assert len(family) >= 3  # the server, the worker and beat (each its own process)
