@@ -28,3 +28,26 @@ def _reset_clock_and_hooks() -> Iterator[None]:
     clock.reset()
     interleave.clear()
     tokens.clear()
+
+
+# The optional services' databases (settings: DATABASES, from these variables) and what to set for each.
+OPTIONAL_DATABASES = {
+    "legacy_logical": "LEGACY_OBSERVE_PG_URL",
+    "legacy_mysql": "LEGACY_MYSQL_URL",
+    "legacy_binlog": "LEGACY_BINLOG_URL",
+    "legacy": "DATABASE_URL=postgres://… (a second PostgreSQL database)",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that names a database its set-up does not have is a visible skip naming the variable to set — never
+    an error in set-up (a partial set-up must not stop `make test`; tests/test_partial_setup.py)."""
+    from django.conf import settings
+
+    for item in items:
+        mark = item.get_closest_marker("django_db")
+        wanted = mark.kwargs.get("databases", []) if mark else []
+        missing = [] if wanted == "__all__" else [a for a in wanted if a not in settings.DATABASES]
+        if missing:
+            needs = ", ".join(OPTIONAL_DATABASES.get(alias, alias) for alias in missing)
+            item.add_marker(pytest.mark.skip(reason=f"needs {needs} (.ci/run sets it; README, 'Tests')"))

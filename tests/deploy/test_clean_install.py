@@ -171,7 +171,9 @@ def _run_the_example_worker(venv: Path, env: dict[str, str], cwd: Path, url: str
         cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    answer = httpx.get(f"{url}/api/v1/tasks/{task}", headers={"Authorization": f"Bearer {operator}"}, timeout=10)
+    answer = httpx.get(
+        f"{url}/api/v1/tasks/{task}", headers={"Authorization": f"Bearer {operator}"}, timeout=10
+    )
     assert answer.json()["state"] == "COMMITTED", answer.json()
 
 
