@@ -1,4 +1,5 @@
-"""``claimctl`` — the one command an operator runs, installed with the package (``pip install claim-control-plane``);
+"""``claimctl`` — the one command an operator runs, installed with the package (a wheel built from the checkout: ``pip wheel --no-deps -w dist .``, then
+``pip install dist/claim_control_plane-*.whl``; it is not on PyPI);
 it needs no checkout.
 
     claimctl run                 the embedded default: server + job worker + beat, one supervisor, one Ctrl-C

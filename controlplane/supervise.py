@@ -100,9 +100,7 @@ def supervise(
             ended = {name: child.poll() for name, child in children.items() if child.poll() is not None}
             if ended:
                 name, status = next(iter(ended.items()))
-                print(
-                    f"claimctl run: {name} ended ({status}); stopping the others", file=sys.stderr, flush=True
-                )
+                print(f"{label}: {name} ended ({status}); stopping the others", file=sys.stderr, flush=True)
                 break
             time.sleep(0.2)
         _stop(children, stop_seconds, label)

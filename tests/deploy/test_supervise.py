@@ -125,3 +125,25 @@ def test_make_serves_supervisor_stops_gunicorn_workers_and_beat_on_one_sigterm(t
         -3000:
     ]
     assert all(" stopped (" in line for line in lines) and "Traceback" not in up.log(), up.log()[-3000:]
+
+
+@pytest.mark.timeout(60)
+def test_a_process_that_dies_under_claimctl_up_is_reported_by_claimctl_up(capfd):
+    """Issue 37: a worker killed under `claimctl up` was reported as `claimctl run: worker2 ended (-9)`."""
+    from controlplane.supervise import supervise
+
+    status = supervise(
+        {
+            "worker2": [
+                sys.executable,
+                "-c",
+                "import os, signal, time; time.sleep(0.5); os.kill(os.getpid(), 9)",
+            ],
+            "beat": [sys.executable, "-c", "import time; time.sleep(30)"],
+        },
+        stop_seconds=5,
+        label="claimctl up",
+    )
+
+    said = capfd.readouterr().err
+    assert status != 0 and "claimctl up: worker2 ended (-9)" in said and "claimctl run" not in said, said
