@@ -52,7 +52,7 @@ test: lint
 	-@scripts/install-topology.sh
 	-@scripts/install-mysql-client.sh
 	-@scripts/install-mcp-servers.sh
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=30
 	$(BIN)/pytest tests/claims tests/oncall --ds=controlplane.settings.test_core -p no:cacheprovider
 
 # The OpenAPI schema the clients are built from (clients/openapi.json; a test fails when it is stale).
