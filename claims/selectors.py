@@ -320,22 +320,29 @@ def task_lanes(*, task: Task, now: datetime | None = None) -> dict[str, Any]:
 
 @contextmanager
 def one_snapshot() -> Iterator[None]:
-    """Every read inside sees the database as of one moment: a read-only REPEATABLE READ transaction on PostgreSQL
-    (a write inside fails), a transaction on SQLite. A page built from many queries then never shows a stage from
-    before a change beside a record from after it. Inside a caller's transaction, that transaction's is the one."""
-    fresh = not connection.in_atomic_block
+    """Every read inside sees the database as of one moment on PostgreSQL: a read-only REPEATABLE READ transaction
+    (a write inside fails). A page built from many queries then never shows a stage from before a change beside a
+    record from after it. Inside a caller's transaction, that transaction's is the one. On SQLite (the embedded
+    default) nothing is opened: its every transaction is BEGIN IMMEDIATE, the write lock, and a page polled every
+    3 s must not hold writers up while it renders; there each read sees the last commit."""
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        yield
+        return
     with transaction.atomic():
-        if fresh and connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         yield
 
 
 @contextmanager
 def metrics_snapshot() -> Iterator[tuple[datetime | None, datetime | None]]:
-    """One read-only snapshot (``one_snapshot``) in which the tallies and the watermark agree: yields the watermark
-    (``through``) and when the last fold ran."""
-    with one_snapshot():
+    """One read-only snapshot (REPEATABLE READ on PostgreSQL) in which the tallies and the watermark agree: yields
+    the watermark (``through``) and when the last fold ran."""
+    fresh = not connection.in_atomic_block  # inside a caller's transaction, its snapshot is the one we get
+    with transaction.atomic():  # on SQLite too: the fold and the tallies must agree (a short read)
+        if fresh and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         fold = MetricFold.objects.filter(name="claims").values_list("through", "folded_at").first()
         through, folded_at = fold if fold else (None, None)
         interleave.reach("metrics.watermark_read")  # a fold committing here is what the snapshot is for

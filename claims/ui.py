@@ -129,9 +129,7 @@ def refused(
     ``again``, status 400, each error beside its field (templatetags/console_forms.py) and what was typed kept —
     ``form`` names which form on the page. A 403 (the role may not do this with the form): the 403 page, as the
     API answers. Any other refusal (a 409's outcome word): said as the API says it, then ``back`` to the page."""
-    if (
-        exc.status == 403
-    ):  # the role may use the form, not this use of it (an operator's override): as the API
+    if exc.status == 403:  # the role may use the form, not this use of it (an operator's override)
         return error_page(403, "Not allowed", str(exc.body().get("detail") or exc))
     report(request, exc)
     errors = exc.body().get("errors")

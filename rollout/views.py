@@ -86,7 +86,7 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         "legacy_import": selectors.legacy_import_of(ns.name),
         "observers": selectors.observers_shown(),
         "open_rollback": (open_rollback := selectors.open_rollback(ns.name)),
-        "rollback_key": f"{stage}|{open_rollback.pk if open_rollback else ''}|{open_rollback.step if open_rollback else ''}",
+        "rollback_key": f"{stage}|{open_rollback.pk}|{open_rollback.step}" if open_rollback else stage,
         "chosen_back_to": request.GET.get("to_stage") or request.POST.get("to_stage", ""),
         "incident": oncall_selectors.incident(ns, now),
         "checklist": _linked(console.gate_checklist(ns, gate, coverage), ns.name),
@@ -121,9 +121,8 @@ def rollout_page(request: HttpRequest, ns: str) -> HttpResponse:
         namespace = get_object_or_404(Namespace, name=ns)
         context = _ctx(request, **_rollout_context(request, namespace))
         if part == "rollout/_rollback.html" and request.GET.get("shown") == context["rollback_key"]:
-            return HttpResponse(
-                status=204
-            )  # unchanged: htmx keeps the form as it is (an open list stays open)
+            # Unchanged: htmx keeps the form as it is (an open list stays open).
+            return HttpResponse(status=204)
         return render(request, part or "rollout/rollout.html", context)
 
 
