@@ -326,7 +326,7 @@ def _soak(
             position = ObserverPosition.objects.get(name=observers.position_name())
             settled = position.judged == last and not position.behind_seconds
             still = still + 1 if settled else 0
-            if still >= 6:
+            if still >= 4:  # two seconds with nothing new judged and nothing behind
                 return time.monotonic() - started
             last = position.judged
             time.sleep(0.5)

@@ -2,8 +2,9 @@
 runs, with the one command it installs (``claimctl``): the README's worked session against ``claimctl run`` (the
 embedded default: SQLite and its file broker, supervised, stopped by one SIGTERM with nothing left running) and
 against the production profile on PostgreSQL — ``claimctl migrate``, ``check``, ``serve`` (gunicorn + uvicorn,
-ready on /readyz with the package's version) and ``worker`` running a job on Redis and on RabbitMQ — on each
-Python the project allows that this machine has (3.11, and pyenv's 3.12 and 3.13 when present). Before issue 25
+ready on /readyz with the package's version) and ``worker`` running a job on Redis and on RabbitMQ. The embedded
+default runs on each Python the project allows that this machine has (3.11, and pyenv's 3.12 and 3.13 when present);
+the production profile, the same code on other services, on the project's own Python (issue 37: the suite's time). Before issue 25
 ``pip install .`` installed no code at all (the package list was empty): it ran only from the checkout."""
 
 from __future__ import annotations
@@ -244,6 +245,7 @@ def test_the_wheel_runs_the_worked_session_on_the_embedded_default_and_stops_on_
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("clean_venv", [sys.executable], indirect=True, ids=["project-python"])
 def test_the_wheel_runs_the_production_profile_on_postgresql_with_jobs_on_redis_and_rabbitmq(
     clean_venv, postgres_database, elsewhere, tmp_path
 ):

@@ -11,7 +11,7 @@ balancer while, each round:
 
 Then the history checker of tests/chaos holds over the whole run: one canonical commit per task, generations
 increasing, no older authority accepted after a newer one, every acknowledged commit kept in the rows, at most one
-COMMITTED per effect. TOPOLOGY_SECONDS (default 20) sets the run's length; docs/deployment.md has a longer run.
+COMMITTED per effect. TOPOLOGY_SECONDS (default 14: one round of every fault) sets the run's length; docs/deployment.md has a longer run.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from tests.support.processes import (
 from tests.support.races import row_locked
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-SECONDS = float(os.environ.get("TOPOLOGY_SECONDS", "20"))
+SECONDS = float(os.environ.get("TOPOLOGY_SECONDS", "14"))
 TASKS = int(600 * max(1.0, SECONDS / 20))  # more than the fleet can do in the run: work throughout
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from claims.digest import digest
 from claims.models import Task
+from tests.sdk.conftest import PackedClient
 from tests.support.actors import ensure_default_namespace, make_actor
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -43,17 +44,11 @@ def _run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> st
     return done.stdout
 
 
-def _built() -> None:
-    if not (TS / "node_modules" / ".bin" / "tsc").exists():
-        _run(["npm", "ci", "--no-audit", "--no-fund"], TS)
-    _run(["npm", "run", "build"], TS)
-
-
-def _project(tmp_path: Path, package: dict) -> Path:
+def _project(tmp_path: Path, client: PackedClient, package: dict) -> Path:
     """A user's project with the client installed (linked: what `npm install <tarball>` puts in node_modules)."""
     (tmp_path / "node_modules").mkdir()
-    (tmp_path / "node_modules" / "claim-control-plane-client").symlink_to(TS)
-    (tmp_path / "node_modules" / "@types").symlink_to(TS / "node_modules" / "@types")
+    (tmp_path / "node_modules" / "claim-control-plane-client").symlink_to(client.folder)
+    (tmp_path / "node_modules" / "@types").symlink_to(client.folder / "node_modules" / "@types")
     (tmp_path / "package.json").write_text(json.dumps(package))
     return tmp_path
 
@@ -64,10 +59,11 @@ def _tasks(n: int) -> list[str]:
 
 
 @needs_node
-def test_the_typescript_readme_example_compiles_strict_and_runs(live_server, tmp_path):
+def test_the_typescript_readme_example_compiles_strict_and_runs(
+    live_server, tmp_path, packed_typescript_client
+):
     ensure_default_namespace()
-    _built()
-    project = _project(tmp_path, {"type": "module"})
+    project = _project(tmp_path, packed_typescript_client, {"type": "module"})
     (project / "example.ts").write_text(_block(TS / "README.md", "ts"))
     (project / "tsconfig.json").write_text(
         json.dumps(
@@ -80,7 +76,9 @@ def test_the_typescript_readme_example_compiles_strict_and_runs(live_server, tmp
             }
         )
     )  # fmt: skip
-    _run([str(TS / "node_modules" / ".bin" / "tsc"), "-p", "tsconfig.json"], project)  # strict: no error
+    _run(
+        [str(packed_typescript_client.folder / "node_modules/.bin/tsc"), "-p", "tsconfig.json"], project
+    )  # strict: no error
     worker = make_actor("worker-7", "worker")
     (task_id,) = _tasks(1)
 
@@ -94,9 +92,10 @@ def test_the_typescript_readme_example_compiles_strict_and_runs(live_server, tmp
 
 
 @needs_node
-def test_the_typescript_client_loads_from_a_commonjs_project(tmp_path):
-    _built()
-    project = _project(tmp_path, {"name": "plain-cjs"})  # no "type": CommonJS, npm's default
+def test_the_typescript_client_loads_from_a_commonjs_project(tmp_path, packed_typescript_client):
+    project = _project(
+        tmp_path, packed_typescript_client, {"name": "plain-cjs"}
+    )  # no "type": CommonJS, npm's default
     (project / "index.js").write_text(
         'const { digest, controlPlane } = require("claim-control-plane-client");\n'
         'console.log(JSON.stringify([digest({ b: 1, a: [1, "x"] }), typeof controlPlane("http://h", "t").POST]));\n'
@@ -108,15 +107,10 @@ def test_the_typescript_client_loads_from_a_commonjs_project(tmp_path):
 
 
 @needs_node
-def test_npm_pack_works_from_a_clean_copy_with_one_command(tmp_path):
-    """The issue: `npm pack` failed with `openapi-typescript: not found` (127) until `npm ci` had run."""
-    clean = tmp_path / "typescript"
-    shutil.copytree(TS, clean, ignore=shutil.ignore_patterns("node_modules", "dist", "*.tgz", "schema.ts"))
-    shutil.copy(ROOT / "clients" / "openapi.json", tmp_path / "openapi.json")
-
-    packed = _run(["npm", "pack", "--silent"], clean).strip().splitlines()[-1]
-
-    with tarfile.open(clean / packed) as tarball:
+def test_npm_pack_works_from_a_clean_copy_with_one_command(packed_typescript_client):
+    """The issue: `npm pack` failed with `openapi-typescript: not found` (127) until `npm ci` had run. The fixture
+    packs a copy of the folder without node_modules, dist or the generated schema, with `npm pack` alone."""
+    with tarfile.open(packed_typescript_client.tarball) as tarball:
         names = set(tarball.getnames())
     assert {"package/dist/index.js", "package/dist/index.d.ts", "package/dist/cjs/index.js"} <= names
     assert "package/dist/cjs/package.json" in names and "package/README.md" in names
