@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-
 pytestmark = pytest.mark.django_db
 
 APPEND_ONLY = ("claims_taskevent", "claims_auditentry", "claims_effectevent")
