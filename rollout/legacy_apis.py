@@ -16,6 +16,7 @@ from claims.serializers import OutcomeOut
 from . import serializers as s
 from .legacy import LegacyVerdict
 from .services.legacy_api import legacy_operation
+from .services.operations import CLAIM, COMPLETE, HEARTBEAT, RELEASE, TaskOperation
 
 
 def _errors() -> dict:
@@ -35,7 +36,7 @@ class _LegacyOperation(APIView):
     typed error), and answer legacy's verdict through ``out``."""
 
     permission_classes = [IsWorker]
-    operation: str
+    operation: TaskOperation  # its row of operations.LEGACY_OPERATIONS
     input: type[Serializer]
     out: type[Serializer]
 
@@ -68,7 +69,7 @@ def _documented(operation_id: str, request: type, out: type, description: str = 
     "claim is unexpired; 409 PROTOCOL_TOO_OLD from V1_WRITES on.",
 )
 class LegacyClaimApi(_LegacyOperation):
-    operation, input, out = "claim", s.LegacyClaimIn, s.LegacyClaimedOut
+    operation, input, out = CLAIM, s.LegacyClaimIn, s.LegacyClaimedOut
 
     def answer(self, verdict: LegacyVerdict) -> dict[str, Any]:
         return {"owner_id": verdict.owner_id, "expires_at": verdict.expires_at}
@@ -82,7 +83,7 @@ class LegacyClaimApi(_LegacyOperation):
     "lease granted before an epoch fence.",
 )
 class LegacyHeartbeatApi(_LegacyOperation):
-    operation, input, out = "heartbeat", s.LegacyClaimIn, s.LegacyHeartbeatOut
+    operation, input, out = HEARTBEAT, s.LegacyClaimIn, s.LegacyHeartbeatOut
 
     def answer(self, verdict: LegacyVerdict) -> dict[str, Any]:
         return {"expires_at": verdict.expires_at}
@@ -90,7 +91,7 @@ class LegacyHeartbeatApi(_LegacyOperation):
 
 @_documented("legacy_release", s.LegacyReleaseIn, OutcomeOut)
 class LegacyReleaseApi(_LegacyOperation):
-    operation, input, out = "release", s.LegacyReleaseIn, OutcomeOut
+    operation, input, out = RELEASE, s.LegacyReleaseIn, OutcomeOut
 
 
 @_documented(
@@ -101,4 +102,4 @@ class LegacyReleaseApi(_LegacyOperation):
     "under a lease granted before an epoch fence is refused 409 FENCED (EPOCH): the epoch rule holds in every stage.",
 )
 class LegacyCompleteApi(_LegacyOperation):
-    operation, input, out = "complete", s.LegacyCompleteIn, OutcomeOut
+    operation, input, out = COMPLETE, s.LegacyCompleteIn, OutcomeOut

@@ -235,12 +235,20 @@ class CoverageWaiver(models.Model):
     at = models.DateTimeField()
 
 
+class RollbackStep(models.TextChoices):
+    """A rollback's steps, in order: its epoch fence is taken, then the namespace drains, then it is done."""
+
+    FENCING = "FENCING"
+    DRAINING = "DRAINING"
+    DONE = "DONE"
+
+
 class Rollback(models.Model):
     rollback_id = models.UUIDField(primary_key=True, default=uuid.uuid4)
     namespace = models.CharField(max_length=100)
     from_stage = models.CharField(max_length=16)
     to_stage = models.CharField(max_length=16)
-    step = models.CharField(max_length=16)  # FENCING → DRAINING → DONE
+    step = models.CharField(max_length=16, choices=RollbackStep.choices)
     reason = models.TextField()
     principal = models.CharField(max_length=200)
     scheduler_epoch = models.PositiveBigIntegerField()
@@ -253,6 +261,7 @@ class Rollback(models.Model):
             models.UniqueConstraint(
                 fields=["namespace"], condition=Q(finished_at__isnull=True), name="one_rollback_running"
             ),
+            models.CheckConstraint(condition=Q(step__in=RollbackStep.values), name="rollback_step_valid"),
         ]
 
 

@@ -28,6 +28,17 @@ from claims.permissions import AnyRole, IsTaskCreator, IsWorker
 from . import selectors
 from . import serializers as s
 from .services import routing
+from .services.inputs import CommitInput, CommitsInput, ReleaseInput
+from .services.routes import (
+    CLAIM_BATCH_ROUTE,
+    CLAIM_NEXT_ROUTE,
+    CLAIM_ROUTE,
+    COMMIT_ROUTE,
+    COMMITS_ROUTE,
+    RELEASE_ROUTE,
+    RENEW_ROUTE,
+    Route,
+)
 
 _ROUTING = (
     " Routed by the namespace's rollout stage (docs/rollout.md): LEGACY → 409 STAGE_NOT_OPEN; SHADOW/V1_READS → "
@@ -61,28 +72,25 @@ class _RoutedOperation(APIView):
     where claim.v1 decided and with ``LegacyDecidedOut`` where legacy did."""
 
     permission_classes = [IsWorker]
-    operation: str
+    route: Route[Any]
     input: type[Serializer]
     core_body: Callable[[Any], dict[str, Any]]
 
     def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(self.input, request)
-        return Response(self.answer(request.user, task_id, data))
-
-    def answer(self, principal: Any, task_id: str, data: dict[str, Any]) -> dict[str, Any]:
-        return routed_answer(self.operation, type(self).core_body, principal, task_id, data)
+        return Response(routed_answer(self.route, type(self).core_body, request.user, task_id, data))
 
 
 def routed_answer(
-    operation: str,
+    route: Route[Any],
     core_body: Callable[[Any], dict[str, Any]],
     principal: Any,
     task_id: str,
     data: dict[str, Any],
 ) -> dict[str, Any]:
-    """One worker operation routed once, answered with the core's own body where claim.v1 decided and with
-    ``LegacyDecidedOut`` where legacy did."""
-    routed = routing.route(operation, principal=principal, task_id=task_id, data=data)
+    """One worker operation routed once (``route``: its row of the operation table), answered with the core's own
+    body where claim.v1 decided and with ``LegacyDecidedOut`` where legacy did."""
+    routed = routing.route(route, principal=principal, task_id=task_id, data=route.input.of(data))
     if routed.decided_by == routing.CLAIM_V1:
         return core_body(routed.value)
     return rendered(s.LegacyDecidedOut, routed.fields)
@@ -110,7 +118,7 @@ def _documented(operation_id: str, request: type, out: type, description: str) -
     "FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH, NOT_CLAIMABLE (STATE | LEASE_LIVE | RESOURCE_HELD).",
 )
 class TaskClaimApi(_RoutedOperation):
-    operation, input, core_body = "claim", core_s.ClaimIn, staticmethod(core_apis.claim_body)
+    route, input, core_body = CLAIM_ROUTE, core_s.ClaimIn, staticmethod(core_apis.claim_body)
 
 
 @_documented(
@@ -121,7 +129,7 @@ class TaskClaimApi(_RoutedOperation):
     "OWNER), EXPIRED.",
 )
 class TaskRenewApi(_RoutedOperation):
-    operation, input, core_body = "renew", core_s.RenewIn, staticmethod(core_apis.renew_body)
+    route, input, core_body = RENEW_ROUTE, core_s.RenewIn, staticmethod(core_apis.renew_body)
 
 
 @_documented(
@@ -131,8 +139,8 @@ class TaskRenewApi(_RoutedOperation):
     "Task back to READY; the attempt ends. 409 FENCED when the attempt is not current.",
 )
 class TaskReleaseApi(_RoutedOperation):
-    operation, input, core_body = (
-        "release",
+    route, input, core_body = (
+        RELEASE_ROUTE,
         core_s.ReleaseIn,
         staticmethod(lambda task: core_apis.release_body()),
     )
@@ -147,12 +155,12 @@ class TaskReleaseApi(_RoutedOperation):
     "decides, a commit is a legacy complete with this attempt's staged result; with none staged the core answers.",
 )
 class TaskCommitApi(_RoutedOperation):
-    operation, input, core_body = "commit", core_s.CommitIn, staticmethod(core_apis.commit_body)
+    route, input, core_body = COMMIT_ROUTE, core_s.CommitIn, staticmethod(core_apis.commit_body)
 
 
 class ClaimNextApi(core_apis.ClaimNextApi):
     def claim(self, principal: Any, data: dict[str, Any]) -> dict[str, Any] | None:
-        routed = routing.route("claim_next", principal=principal, data=data)
+        routed = routing.route(CLAIM_NEXT_ROUTE, principal=principal, data=CLAIM_NEXT_ROUTE.input.of(data))
         return None if routed.value is None else _claim_answer(routed)
 
     def release(self, principal: Any, owner_id: str, grant: dict[str, Any]) -> None:
@@ -198,7 +206,10 @@ def _claim_answer(routed: routing.Routed) -> dict[str, Any]:
 class ClaimBatchApi(core_batch_apis.ClaimBatchApi):
     def claims(self, principal: Any, data: dict[str, Any]) -> list[dict[str, Any]]:
         return [
-            _claim_answer(routed) for routed in routing.route("claim_batch", principal=principal, data=data)
+            _claim_answer(routed)
+            for routed in routing.route(
+                CLAIM_BATCH_ROUTE, principal=principal, data=CLAIM_BATCH_ROUTE.input.of(data)
+            )
         ]
 
     def release(self, principal: Any, owner_id: str, grant: dict[str, Any]) -> None:
@@ -207,13 +218,13 @@ class ClaimBatchApi(core_batch_apis.ClaimBatchApi):
 
 def _release_routed(principal: Any, owner_id: str, grant: dict[str, Any]) -> None:
     """A claim answered to a client that has gone, given back as the stage routes a release."""
-    data = {
-        "attempt_id": uuid.UUID(str(grant["attempt_id"])),
-        "claim_generation": grant["claim_generation"],
-        "owner_id": owner_id,
-        "scheduler_epoch": grant["scheduler_epoch"],
-    }
-    routing.route("release", principal=principal, task_id=grant["task_id"], data=data)
+    data = ReleaseInput(
+        attempt_id=uuid.UUID(str(grant["attempt_id"])),
+        claim_generation=grant["claim_generation"],
+        owner_id=owner_id,
+        scheduler_epoch=grant["scheduler_epoch"],
+    )
+    routing.route(RELEASE_ROUTE, principal=principal, task_id=grant["task_id"], data=data)
 
 
 class CommitsApi(core_batch_apis.CommitsApi):
@@ -222,14 +233,15 @@ class CommitsApi(core_batch_apis.CommitsApi):
     is (``TaskCommitApi``)."""
 
     def together(self, principal: Any, items: list[tuple[str, dict[str, Any]]]) -> dict[int, Any]:
-        answers = routing.route("commits", principal=principal, data={"items": items})
+        data = CommitsInput([(task_id, CommitInput.of(item)) for task_id, item in items])
+        answers = routing.route(COMMITS_ROUTE, principal=principal, data=data)
         return {
             index: rendered(s.LegacyDecidedOut, answer) if isinstance(answer, dict) else answer
             for index, answer in answers.items()
         }
 
     def commit(self, principal: Any, task_id: str, data: dict[str, Any]) -> dict[str, Any]:
-        return routed_answer("commit", core_apis.commit_body, principal, task_id, data)
+        return routed_answer(COMMIT_ROUTE, core_apis.commit_body, principal, task_id, data)
 
 
 class TaskDetailApi(APIView):

@@ -6,6 +6,7 @@ from claims.models import Task, TaskState
 
 from ..legacy import LegacyVerdict, legacy_store
 from ..models import Mismatch, MismatchReason
+from .operations import COMPLETE
 from .shadow import V1Verdict, compare
 
 
@@ -29,7 +30,7 @@ def settle_winner_differs(*, namespace: str | None = None) -> int:
         compare(
             namespace=task.namespace.name,
             task_id=task.task_id,
-            operation="complete",
+            operation=COMPLETE,
             api="legacy",
             owner_id=row.completed_by,
             legacy=LegacyVerdict(True, "COMPLETED", row.completed_by, None),

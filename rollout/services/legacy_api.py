@@ -19,8 +19,9 @@ from claims.models import Attempt, Principal
 from ..legacy import LegacyVerdict, legacy_unit
 from ..models import Mismatch
 from . import routing
+from .deciding import Target, legacy_decides, legacy_decision, namespace_of
 from .errors import LegacyRefused, ProtocolTooOld
-from .operations import LEGACY, LEGACY_OPERATIONS, Ask, V1Verdict
+from .operations import LEGACY, Ask, Mirrored, TaskOperation, V1Verdict
 from .shadow import Records, accepted, compare, judged
 from .state import stage_for
 from .workers import protocol_too_old
@@ -37,75 +38,20 @@ def last_attempt(task_id: str, owner_id: str) -> Attempt | None:
     return Attempt.objects.filter(task_id=task_id, owner_id=owner_id).order_by("-claim_generation").first()
 
 
-def _mirror(operation: str, *, ask: Ask, scheduler_epoch: int) -> V1Verdict:
-    """The legacy operation judged by claim.v1, with the values of the attempt it last granted this owner."""
-    principal, task_id, ttl_seconds = ask.principal, ask.task_id, ask.ttl_seconds
-    result, result_digest = ask.result, ask.result_digest
+def _mirrored(each: TaskOperation, ask: Ask, scheduler_epoch: int) -> V1Verdict:
+    """The legacy operation judged by claim.v1 (the operation's own mirror), as the attempt it last granted this
+    owner; passed on ``acting_via("legacy")``."""
+    attempt = None if each.claims else last_attempt(ask.task_id, ask.principal.owner_id)
+    mirrored = Mirrored(
+        ask.principal, ask.task_id, ask.principal.owner_id, scheduler_epoch, ask.ttl_seconds, attempt,
+        ask.result, ask.result_digest,
+    )  # fmt: skip
     with core.acting_via(LEGACY):
-        if operation == "claim":
-            return judged(
-                lambda: core.task_claim(
-                    principal=principal,
-                    task_id=task_id,
-                    owner_id=principal.owner_id,
-                    scheduler_epoch=scheduler_epoch,
-                    ttl_seconds=ttl_seconds,
-                ),
-                accepted_word="CLAIMED",
-            )
-        attempt = last_attempt(task_id, principal.owner_id)
-        if attempt is None:
-            return V1Verdict(False, "FENCED", "ATTEMPT")
-        # The attempt as claim.v1 granted it: every mirrored call names it so.
-        named: dict[str, Any] = {
-            "principal": principal,
-            "task_id": task_id,
-            "attempt_id": attempt.attempt_id,
-            "claim_generation": attempt.claim_generation,
-        }
-        if operation == "heartbeat":
-            return judged(
-                lambda: core.task_renew(
-                    **named,
-                    owner_id=principal.owner_id,
-                    scheduler_epoch=attempt.scheduler_epoch,
-                    cancel_generation=attempt.cancel_generation,
-                    extend_seconds=ttl_seconds,
-                ),
-                accepted_word="RENEWED",
-            )
-        if operation == "release":
-            return judged(
-                lambda: core.task_release(
-                    **named,
-                    owner_id=principal.owner_id,
-                    scheduler_epoch=attempt.scheduler_epoch,
-                ),
-                accepted_word="RELEASED",
-            )
-        # complete → stage + commit of that attempt, with the values current when it was granted
-        judged(
-            lambda: core.result_stage(
-                **named,
-                result=result,
-                result_digest=result_digest,
-            ),
-            accepted_word="STAGED",
-        )
-        return judged(
-            lambda: core.task_commit(
-                **named,
-                scheduler_epoch=attempt.scheduler_epoch,
-                observed_cancel_generation=attempt.cancel_generation,
-                input_digest=attempt.input_digest,
-                result_digest=result_digest,
-            ),
-            accepted_word="COMMITTED",
-        )
+        return judged(lambda: each.mirror(mirrored), accepted_word=each.accepted)
 
 
 def legacy_operation(
-    operation: str,
+    each: TaskOperation,
     *,
     principal: Principal,
     task_id: str,
@@ -115,11 +61,11 @@ def legacy_operation(
     result_digest: str = "",
     reroutes: int = 3,
 ) -> LegacyAnswer:
-    """Serve one legacy-API request: legacy's accepted verdict (and the mismatch, if the stores disagreed), or its
-    refusal as LegacyRefused (409 with its own word). Legacy decides where the routing has it decide
-    (``routing.legacy_decides``); claim.v1 then judges the same request in shadow."""
-    each = LEGACY_OPERATIONS[operation]
-    target = routing.namespace_of(task_id, principal)  # 404 before the owner's 403 (claim-v1.md §2)
+    """Serve one legacy-API request (``each``: a row of ``operations.LEGACY_OPERATIONS``): legacy's accepted
+    verdict (and the mismatch, if the stores disagreed), or its refusal as LegacyRefused (409 with its own word).
+    Legacy decides where the routing has it decide (``deciding.legacy_decides``); claim.v1 then judges the same
+    request in shadow."""
+    target = namespace_of(task_id, principal)  # 404 before the owner's 403 (claim-v1.md §2)
     if owner_id != principal.owner_id:
         raise Forbidden(f"this token acts as {principal.owner_id!r}, not {owner_id!r}")
     ns = target.namespace
@@ -138,9 +84,9 @@ def legacy_operation(
     interleave.reach("legacy_operation.routed")
     ask = Ask(principal, task_id, ns.name, owner_id, LEGACY, ttl_seconds, result, result_digest)
     if target.stage in routing.LEGACY_DECIDES:
-        answer = _in_shadow(operation, ask, target)
+        answer = _in_shadow(each, ask, target)
     else:  # LEGACY: legacy alone
-        verdict = routing.legacy_decides(each, ask, target, lambda verdict, records: verdict)
+        verdict = legacy_decides(each, ask, target, lambda verdict, records: verdict)
         answer = LegacyAnswer(verdict) if verdict is not None else None
     if answer is None:  # an advance, a rollback or a fence landed meanwhile: through the routing again
         if reroutes == 0:
@@ -148,7 +94,7 @@ def legacy_operation(
                 "the namespace's stage kept moving under this request: send it again", reason="STAGE_CHANGED"
             )
         return legacy_operation(
-            operation,
+            each,
             principal=principal,
             task_id=task_id,
             owner_id=owner_id,
@@ -169,8 +115,8 @@ class _LegacyDecides(core.Guard):
     the task's lock — with legacy's history and the comparison: a second request on the task waits for the first
     to be decided in both stores, so claim.v1 judges them in the order legacy decided them."""
 
-    def __init__(self, operation: str, ask: Ask, target: routing.Target):
-        self.operation, self.ask, self.target = operation, ask, target
+    def __init__(self, each: TaskOperation, ask: Ask, target: Target):
+        self.each, self.ask, self.target = each, ask, target
         self.answer: LegacyAnswer | None = None
 
     def check(self, point: str, ns: core.NamespaceHold) -> None:
@@ -180,27 +126,27 @@ class _LegacyDecides(core.Guard):
     def settle(self, point: str, ns: core.NamespaceHold, value: Any) -> None:
         if self.answer is not None:  # a complete's stage, then its commit: the commit settles
             return
-        each, records = LEGACY_OPERATIONS[self.operation], Records()
-        verdict = routing.legacy_decision(each, self.ask, records)
+        records = Records()
+        verdict = legacy_decision(self.each, self.ask, records)
         interleave.reach("legacy_operation.decided")
-        v1 = accepted(value, LEGACY_OPERATIONS[self.operation].accepted)
-        self.answer = LegacyAnswer(verdict, _compared(self.operation, self.ask, verdict, v1, records))
+        v1 = accepted(value, self.each.accepted)
+        self.answer = LegacyAnswer(verdict, _compared(self.each, self.ask, verdict, v1, records))
         records.send()
 
 
-def _in_shadow(operation: str, ask: Ask, target: routing.Target) -> LegacyAnswer | None:
+def _in_shadow(each: TaskOperation, ask: Ask, target: Target) -> LegacyAnswer | None:
     """SHADOW, V1_READS: claim.v1 judges the request as the attempt it last granted this owner; legacy decides in
     that decision's transaction (``_LegacyDecides``). Where claim.v1 refuses, its transaction rolled back and legacy
     decides in one of its own, compared there with the refusal. None: the stage moved."""
-    hook = _LegacyDecides(operation, ask, target)
+    hook = _LegacyDecides(each, ask, target)
     try:
         with legacy_unit(), core.guarded(hook):
-            v1 = _mirror(operation, ask=ask, scheduler_epoch=target.namespace.scheduler_epoch)
+            v1 = _mirrored(each, ask, target.namespace.scheduler_epoch)
     except _StageMoved:
         return None
     if v1.accepted and hook.answer is not None:
         return hook.answer
-    if operation in ("heartbeat", "complete") and (v1.word, v1.reason) == ("FENCED", "EPOCH"):
+    if each.needs_live_lease and (v1.word, v1.reason) == ("FENCED", "EPOCH"):
         # A fence is a fence in every stage: this owner's lease was granted before the namespace's last epoch
         # fence (claim.v1's attempt for it is of an older epoch), so legacy is not asked to extend it or to take
         # its result — refused as claim.v1 refuses it, whatever legacy's own expiry says. A release is let
@@ -210,22 +156,21 @@ def _in_shadow(operation: str, ask: Ask, target: routing.Target) -> LegacyAnswer
             f"{target.namespace.scheduler_epoch}): claim the task again",
             reason="EPOCH",
         )
-    each = LEGACY_OPERATIONS[operation]
-    return routing.legacy_decides(
+    return legacy_decides(
         each,
         ask,
         target,
-        lambda verdict, records: LegacyAnswer(verdict, _compared(operation, ask, verdict, v1, records)),
+        lambda verdict, records: LegacyAnswer(verdict, _compared(each, ask, verdict, v1, records)),
     )
 
 
 def _compared(
-    operation: str, ask: Ask, verdict: LegacyVerdict, v1: V1Verdict, records: Records
+    each: TaskOperation, ask: Ask, verdict: LegacyVerdict, v1: V1Verdict, records: Records
 ) -> Mismatch | None:
     return compare(
         namespace=ask.namespace,
         task_id=ask.task_id,
-        operation=LEGACY_OPERATIONS[operation].name,
+        operation=each,
         api=LEGACY,
         owner_id=ask.owner_id,
         legacy=verdict,

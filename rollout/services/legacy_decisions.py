@@ -29,6 +29,7 @@ from claims.models import Role, Task, TaskState
 from ..legacy import legacy_store
 from ..legacy_table import same_state
 from ..models import LegacyDecision
+from .operations import LEGACY_OPERATIONS
 
 _BATCH = 500
 
@@ -64,7 +65,8 @@ def _resolve(decision: LegacyDecision, outcome: str, undone: str) -> None:
 
 def _undo(decision: LegacyDecision) -> str:
     """An ABORTED legacy grant: claim.v1's attempt for it, if it still holds the task, released."""
-    if decision.operation != "claim":
+    asked = LEGACY_OPERATIONS.get(decision.operation)  # None: a write-through ("record", "restore")
+    if asked is None or not asked.claims:
         return ""
     return release_held(decision.task_id, decision.owner_id)
 

@@ -30,7 +30,7 @@ from django.db.models.functions import Now
 from claims import clock, interleave
 from claims import services as core
 from claims.digest import digest
-from claims.errors import ClaimError, Fenced
+from claims.errors import ClaimError
 from claims.models import Namespace, Role, Task
 from claims.validation import real_text
 
@@ -41,7 +41,17 @@ from ..models import LegacyClaim, LegacyEvent, LegacyWrite, ObserverPosition, St
 from ..selectors import shadow_began, stage_at
 from .legacy_api import last_attempt
 from .legacy_decisions import release_held
-from .operations import LEGACY, LEGACY_OPERATIONS, V1Verdict, refused
+from .operations import (
+    CLAIM,
+    COMPLETE,
+    HEARTBEAT,
+    LEGACY,
+    RELEASE,
+    Mirrored,
+    TaskOperation,
+    V1Verdict,
+    refused,
+)
 from .shadow import compare, record_direct_write
 
 
@@ -53,7 +63,7 @@ class ObserveRefused(Exception):
 class Observed:
     """One legacy decision read from the stream."""
 
-    operation: str  # claim | heartbeat | release | complete
+    operation: TaskOperation  # operations.CLAIM, HEARTBEAT, RELEASE or COMPLETE
     task_id: str
     namespace: str
     owner_id: str
@@ -61,9 +71,6 @@ class Observed:
     before: LegacyClaim | None
     committed_at: datetime  # when legacy decided: its commit (a polled row: when the observer saw it)
     position: dict[str, Any]  # the ObserverPosition fields its judgement moves the position to
-
-
-_WORDS = {"claim": "GRANTED", "heartbeat": "RENEWED", "release": "RELEASED", "complete": "COMPLETED"}
 
 
 def setup() -> ObserverPosition:
@@ -192,16 +199,16 @@ def decided(
 ) -> Observed | None:
     """The legacy decision a row's change from ``before`` to ``after`` was, or None."""
     was_owner = before.owner_id if before else ""
-    seen: tuple[str, str] | None = None
+    seen: tuple[TaskOperation, str] | None = None
     completed_before = (before.completed_by, before.result) if before else ("", None)
     if after.completed_by and (after.completed_by, after.result) != completed_before:  # last write wins there
-        seen = ("complete", after.completed_by if after.completed_by != "?" else after.owner_id)
+        seen = (COMPLETE, after.completed_by if after.completed_by != "?" else after.owner_id)
     elif after.owner_id and after.owner_id != was_owner:
-        seen = ("claim", after.owner_id)
+        seen = (CLAIM, after.owner_id)
     elif after.owner_id and before is not None and after.expires_at != before.expires_at:
-        seen = ("heartbeat", after.owner_id)
+        seen = (HEARTBEAT, after.owner_id)
     elif not after.owner_id and was_owner:
-        seen = ("release", was_owner)
+        seen = (RELEASE, was_owner)
     if seen is None:
         return None
     operation, owner = seen
@@ -215,7 +222,7 @@ class _Observed(core.Guard):
         self.seen, self.position_id, self.also = seen, position_id, also
 
     def settle(self, point: str, ns: core.NamespaceHold, value: Any) -> None:
-        self.record(LEGACY_OPERATIONS[self.seen.operation].verdict(value))
+        self.record(self.seen.operation.verdict(value))
 
     def record(self, v1: V1Verdict) -> None:
         seen = self.seen
@@ -268,11 +275,11 @@ def _judge(seen: Observed, position_id: int, also: Callable[[], None] | None) ->
     held = _held_already(seen)
     if held is not None:
         with transaction.atomic(durable=True):
-            _Observed(seen, position_id, also).record(LEGACY_OPERATIONS["claim"].verdict(held))
+            _Observed(seen, position_id, also).record(CLAIM.verdict(held))
         return "judged"
     hook = _Observed(seen, position_id, also)
     principal = core.principal_ensure(name=seen.owner_id, role=Role.WORKER)
-    if seen.operation == "claim" and seen.before is not None and seen.before.owner_id:
+    if seen.operation.claims and seen.before is not None and seen.before.owner_id:
         _expired_in_legacy(seen.before.owner_id, seen.task_id)
     try:
         with core.guarded(hook), core.acting_via(LEGACY):
@@ -286,12 +293,12 @@ def _judge(seen: Observed, position_id: int, also: Callable[[], None] | None) ->
 def _in_history(seen: Observed) -> LegacyVerdict:
     """Legacy's decision as observed, appended to its history; its verdict."""
     verdict = LegacyVerdict(
-        True, _WORDS[seen.operation], seen.owner_id, seen.row.expires_at, seen.committed_at
+        True, seen.operation.legacy_word, seen.owner_id, seen.row.expires_at, seen.committed_at
     )
     LegacyEvent.objects.create(
         namespace=seen.namespace,
         task_id=seen.task_id,
-        operation=seen.operation,
+        operation=seen.operation.name,
         api=LEGACY,
         owner_id=seen.owner_id,
         verdict=verdict.word,
@@ -312,7 +319,7 @@ def police(seen: Observed, position_id: int, also: Callable[[], None] | None = N
             record_direct_write(
                 namespace=seen.namespace,
                 task_id=seen.task_id,
-                operation=seen.operation,
+                operation=seen.operation.name,
                 owner_id=seen.owner_id,
                 legacy=verdict,
                 at=seen.committed_at,
@@ -328,7 +335,7 @@ def _written_through(seen: Observed) -> bool:
     ]:
         fields = write.fields
         if write.kind == "complete":
-            if seen.operation == "complete" and fields.get("owner_id") == seen.owner_id:
+            if seen.operation.commits and fields.get("owner_id") == seen.owner_id:
                 return True
             continue
         expires = fields.get("expires_at")
@@ -346,7 +353,7 @@ def _moved(seen: Observed, position_id: int, also: Callable[[], None] | None, *,
     if also is not None:
         also()
     lease: dict[str, Any] = {}
-    if seen.operation in ("claim", "heartbeat") and seen.row.expires_at is not None:
+    if seen.operation.sets_expiry and seen.row.expires_at is not None:
         lease["lease_seconds"] = (seen.row.expires_at - seen.committed_at).total_seconds()
     ObserverPosition.objects.filter(pk=position_id).update(
         **seen.position,
@@ -358,47 +365,20 @@ def _moved(seen: Observed, position_id: int, also: Callable[[], None] | None, *,
 
 
 def _mirror(seen: Observed, principal: Any) -> Any:
-    """claim.v1's decision on what legacy decided, as that owner (the attempt claim.v1 last granted it)."""
-    task_id, ttl = seen.task_id, _ttl(seen)
-    if seen.operation == "claim":
+    """claim.v1's decision on what legacy decided (the operation's own mirror), as that owner — the attempt claim.v1
+    last granted it — a complete committed inline with the row's result."""
+    each, epoch, attempt = seen.operation, 0, None
+    if each.claims:
         epoch = Namespace.objects.get(name=seen.namespace).scheduler_epoch
-        return core.task_claim(
-            principal=principal,
-            task_id=task_id,
-            owner_id=seen.owner_id,
-            scheduler_epoch=epoch,
-            ttl_seconds=ttl,
+    else:
+        attempt = last_attempt(seen.task_id, seen.owner_id)
+    result = seen.row.result if each.commits else None
+    return each.mirror(
+        Mirrored(
+            principal, seen.task_id, seen.owner_id, epoch, _ttl(seen), attempt, result,
+            digest(result) if each.commits else "", staged=False,
         )
-    attempt = last_attempt(task_id, seen.owner_id)
-    if attempt is None:
-        raise _no_attempt()
-    named = {"principal": principal, "task_id": task_id, "attempt_id": attempt.attempt_id}
-    if seen.operation == "heartbeat":
-        return core.task_renew(
-            **named,
-            claim_generation=attempt.claim_generation,
-            owner_id=seen.owner_id,
-            scheduler_epoch=attempt.scheduler_epoch,
-            cancel_generation=attempt.cancel_generation,
-            extend_seconds=ttl,
-        )
-    if seen.operation == "release":
-        return core.task_release(
-            **named,
-            claim_generation=attempt.claim_generation,
-            owner_id=seen.owner_id,
-            scheduler_epoch=attempt.scheduler_epoch,
-        )
-    task = Task.objects.get(pk=task_id)
-    return core.task_commit(
-        **named,
-        scheduler_epoch=attempt.scheduler_epoch,
-        claim_generation=attempt.claim_generation,
-        observed_cancel_generation=attempt.cancel_generation,
-        input_digest=task.input_digest,
-        result=seen.row.result,
-        result_digest=digest(seen.row.result),
-    )
+    )  # fmt: skip
 
 
 def _from_before_shadow(seen: Observed) -> bool:
@@ -409,7 +389,7 @@ def _from_before_shadow(seen: Observed) -> bool:
     write under an expired or taken-over lease is still judged: the row before names another owner or a past
     expiry.)"""
     before = seen.before
-    if seen.operation == "claim" or before is None or before.owner_id != seen.owner_id:
+    if seen.operation.claims or before is None or before.owner_id != seen.owner_id:
         return False
     if before.expires_at is None or before.expires_at <= seen.committed_at:
         return False
@@ -419,21 +399,17 @@ def _from_before_shadow(seen: Observed) -> bool:
     return (
         since is not None
         and not LegacyEvent.objects.filter(
-            task_id=seen.task_id, owner_id=seen.owner_id, operation="claim", at__gte=since
+            task_id=seen.task_id, owner_id=seen.owner_id, operation=CLAIM.name, at__gte=since
         ).exists()
     )
 
 
 def _held_already(seen: Observed) -> Task | None:
-    if seen.operation != "claim":
+    if not seen.operation.claims:
         return None
     return Task.objects.filter(
         pk=seen.task_id, state="CLAIMED", owner_id=seen.owner_id, lease_expires_at__gt=clock.now()
     ).first()
-
-
-def _no_attempt() -> ClaimError:
-    return Fenced("claim.v1 granted this owner no attempt on the task", reason="ATTEMPT")
 
 
 def _expired_in_legacy(previous: str, task_id: str) -> None:

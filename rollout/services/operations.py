@@ -1,23 +1,24 @@
-"""The routed operations as a table. Each is a small typed description: what the legacy store is asked, how
-claim.v1's decision is written through to it (V1_WRITES), and what claim.v1's accepted answer says — so that the
-routing (``routing.py``) and the legacy API (``legacy_api.py``) hold no operation's name and decide every
-operation in the same few places.
-
-``TaskOperation`` is one task's operation as both stores see it; ``Route`` is one claim.v1 worker endpoint: the
-core service that decides it and the tasks its answer decided (a batch decides several).
+"""One task's operation as both stores see it (``TaskOperation``): four rows — claim, renew, release, commit —
+each a small typed description of what the legacy store is asked, how claim.v1's decision is written through to
+it (V1_WRITES), how a legacy operation is asked of claim.v1 (the mirror, for the legacy API and observe mode), and
+the words each store accepts with. The routing (``routing.py``), the legacy API (``legacy_api.py``), observe mode
+and the comparison (``shadow.py``) read these rows; none holds an operation's name. The claim.v1 endpoints that
+decide them are the rows of ``routes.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
 from claims import services as core
-from claims.errors import ClaimError
-from claims.models import Principal, Task
+from claims.errors import ClaimError, Fenced
+from claims.models import Attempt, Principal, Task
 
 from ..legacy import LegacyAsk, LegacyStore, LegacyVerdict, decide
+from .inputs import Input
 
 CLAIM_V1 = "claim.v1"
 LEGACY = "legacy"
@@ -62,19 +63,50 @@ def refused(exc: ClaimError) -> V1Verdict:
 
 
 @dataclass(frozen=True)
+class Mirrored:
+    """A legacy operation as claim.v1 is asked it: as the owner, naming the attempt claim.v1 last granted that
+    owner on the task (``attempt``; a claim names none). ``staged``: a complete is mirrored as legacy's API sends it
+    — the result staged, then committed as of the attempt; else (observe mode) committed inline as of the task's
+    input now, which is what the row's writer last saw."""
+
+    principal: Principal
+    task_id: str
+    owner_id: str
+    scheduler_epoch: int  # the namespace's: what a mirrored claim carries
+    ttl_seconds: int
+    attempt: Attempt | None = None
+    result: Any = None
+    result_digest: str = ""
+    staged: bool = True
+
+
+@dataclass(frozen=True)
 class TaskOperation:
-    """One task's operation: ``name`` as legacy's history and the comparisons record it, ``accepted`` claim.v1's
-    word when it accepts; ``asked`` what the legacy store is asked, ``written`` how claim.v1's decision (its
-    value) is written through to it in V1_WRITES — each a ``LegacyAsk`` the store decides with others at once
-    (``legacy.decide``). ``claims``: its gate is the carried epoch and the pause. ``commits``: legacy is asked
-    only with a result to complete with (staged, or inline)."""
+    """One task's operation, as both stores see it.
+
+    ``name`` is how legacy's history and the comparisons record it; ``accepted`` claim.v1's word when it accepts,
+    ``legacy_word`` legacy's when an observed change shows it decided. ``asked`` is what the legacy store is asked,
+    ``written`` how claim.v1's decision (its value) is written through to it in V1_WRITES — each a ``LegacyAsk``
+    the store decides with others at once (``legacy.decide``). ``mirror`` is claim.v1's own call for the legacy
+    operation (a refusal raised as the core's ``ClaimError``). ``extras``: what an accepted answer where legacy
+    decided adds to claim.v1's view of the task.
+
+    What sets the operations apart, as data: ``claims`` — its gate is the carried epoch and the pause; ``commits``
+    — legacy is asked only with a result to complete with; ``sets_expiry`` — legacy's row afterwards carries the
+    owner's lease; ``needs_live_lease`` — under a lease a fence ended, legacy is not asked at all (a heartbeat
+    would extend it, a complete would take its result; a release is let through: it ends legacy's lease too)."""
 
     name: str
     accepted: str
+    legacy_word: str
     asked: Callable[[Ask], LegacyAsk]
     written: Callable[[Ask, Any], LegacyAsk]
+    mirror: Callable[[Mirrored], Any]
+    extras: Callable[[V1Verdict, LegacyVerdict], dict[str, Any]] = lambda v1, verdict: {}
     claims: bool = False
     commits: bool = False
+    sets_expiry: bool = False
+    needs_live_lease: bool = False
 
     def ask(self, store: LegacyStore, ask: Ask) -> LegacyVerdict:
         return decide(store, [self.asked(ask)])[0]
@@ -140,66 +172,103 @@ def _completed(ask: Ask, value: Any) -> LegacyAsk:
     )
 
 
-CLAIM = TaskOperation("claim", "CLAIMED", _claim, _held_by, claims=True)
-RENEW = TaskOperation("renew", "RENEWED", _heartbeat, _held_by)
-RELEASE = TaskOperation("release", "RELEASED", _release, _let_go)
-COMMIT = TaskOperation("commit", "COMMITTED", _complete, _completed, commits=True)
+def _attempt_of(m: Mirrored) -> Attempt:
+    if m.attempt is None:
+        raise Fenced("claim.v1 granted this owner no attempt on the task", reason="ATTEMPT")
+    return m.attempt
+
+
+def _claim_mirrored(m: Mirrored) -> Any:
+    return core.task_claim(
+        principal=m.principal,
+        task_id=m.task_id,
+        owner_id=m.owner_id,
+        scheduler_epoch=m.scheduler_epoch,
+        ttl_seconds=m.ttl_seconds,
+    )
+
+
+def _renew_mirrored(m: Mirrored) -> Any:
+    attempt = _attempt_of(m)
+    return core.task_renew(
+        principal=m.principal,
+        task_id=m.task_id,
+        attempt_id=attempt.attempt_id,
+        claim_generation=attempt.claim_generation,
+        owner_id=m.owner_id,
+        scheduler_epoch=attempt.scheduler_epoch,
+        cancel_generation=attempt.cancel_generation,
+        extend_seconds=m.ttl_seconds,
+    )
+
+
+def _release_mirrored(m: Mirrored) -> Any:
+    attempt = _attempt_of(m)
+    return core.task_release(
+        principal=m.principal,
+        task_id=m.task_id,
+        attempt_id=attempt.attempt_id,
+        claim_generation=attempt.claim_generation,
+        owner_id=m.owner_id,
+        scheduler_epoch=attempt.scheduler_epoch,
+    )
+
+
+def _commit_mirrored(m: Mirrored) -> Any:
+    """Legacy's complete as claim.v1's commit of the owner's attempt, with the values current when it was granted.
+    Staged first where legacy's API asked (a refused stage is the commit's to answer: it finds nothing staged)."""
+    attempt = _attempt_of(m)
+    named: dict[str, Any] = {"principal": m.principal, "task_id": m.task_id, "attempt_id": attempt.attempt_id}
+    named["claim_generation"] = attempt.claim_generation
+    if m.staged:
+        with suppress(ClaimError):
+            core.result_stage(**named, result=m.result, result_digest=m.result_digest)
+        inline: dict[str, Any] = {"input_digest": attempt.input_digest}
+    else:
+        inline = {"input_digest": Task.objects.get(pk=m.task_id).input_digest, "result": m.result}
+    return core.task_commit(
+        **named,
+        scheduler_epoch=attempt.scheduler_epoch,
+        observed_cancel_generation=attempt.cancel_generation,
+        result_digest=m.result_digest,
+        **inline,
+    )
+
+
+def _renew_extras(v1: V1Verdict, verdict: LegacyVerdict) -> dict[str, Any]:
+    """A renew's expiry as legacy set it."""
+    return {"lease_expires_at": verdict.expires_at}
+
+
+def _commit_extras(v1: V1Verdict, verdict: LegacyVerdict) -> dict[str, Any]:
+    """A commit's ids, where claim.v1 committed too."""
+    if not v1.accepted:
+        return {}
+    extra = {"result_commit_id": v1.value.result_commit_id, "unblocked": v1.value.unblocked}
+    if v1.value.staged_result_id is not None:
+        extra["staged_result_id"] = v1.value.staged_result_id
+    return extra
+
+
+CLAIM = TaskOperation(
+    "claim", "CLAIMED", "GRANTED", _claim, _held_by, _claim_mirrored, claims=True, sets_expiry=True
+)
+RENEW = TaskOperation(
+    "renew", "RENEWED", "RENEWED", _heartbeat, _held_by, _renew_mirrored, _renew_extras,
+    sets_expiry=True, needs_live_lease=True,
+)  # fmt: skip
+RELEASE = TaskOperation("release", "RELEASED", "RELEASED", _release, _let_go, _release_mirrored)
+COMMIT = TaskOperation(
+    "commit", "COMMITTED", "COMPLETED", _complete, _completed, _commit_mirrored, _commit_extras,
+    commits=True, needs_live_lease=True,
+)  # fmt: skip
 
 # The legacy protocol's own operations: the same decisions, under the names legacy's binaries use.
+HEARTBEAT = replace(RENEW, name="heartbeat")
+COMPLETE = replace(COMMIT, name="complete")
 LEGACY_OPERATIONS = {
-    "claim": CLAIM,
-    "heartbeat": replace(RENEW, name="heartbeat"),
-    "release": RELEASE,
-    "complete": replace(COMMIT, name="complete"),
-}
-
-
-@dataclass(frozen=True)
-class Route:
-    """One claim.v1 worker endpoint: ``each`` is what it is to every task it decides, ``core`` the core service
-    that decides it (called with the principal, the task named — None for claim-next and batches — and the
-    validated input), ``decided`` the tasks in the core's answer with each one's value."""
-
-    name: str
-    each: TaskOperation
-    core: Callable[[Principal, Any, dict[str, Any]], Any]
-    decided: Callable[[str | None, dict[str, Any], Any], list[Decided]]
-
-
-Decided = tuple[str, dict[str, Any], Any]  # a task, its request's input, and the core's answer on it
-
-
-def _named(task_id: str | None, data: dict[str, Any], value: Any) -> list[Decided]:
-    assert task_id is not None
-    return [(task_id, data, value)]
-
-
-def _grants(task_id: str | None, data: dict[str, Any], grants: Any) -> list[Decided]:
-    return [(grant.task.task_id, data, grant) for grant in grants]
-
-
-def _items(task_id: str | None, data: dict[str, Any], answers: Any) -> list[Decided]:
-    """A batch commit's items on the namespace settled: accepted ones with the core's answer, refused ones with
-    the refusal (legacy may still decide those)."""
-    items = data["items"]
-    return [(items[index][0], items[index][1], answer) for index, answer in sorted(answers.items())]
-
-
-ROUTES = {
-    "claim": Route("claim", CLAIM, lambda p, t, d: core.task_claim(principal=p, task_id=t, **d), _named),
-    "renew": Route("renew", RENEW, lambda p, t, d: core.task_renew(principal=p, task_id=t, **d), _named),
-    "release": Route(
-        "release", RELEASE, lambda p, t, d: core.task_release(principal=p, task_id=t, **d), _named
-    ),
-    "commit": Route("commit", COMMIT, lambda p, t, d: core.task_commit(principal=p, task_id=t, **d), _named),
-    "claim_next": Route("claim_next", CLAIM, lambda p, t, d: core.task_claim_next(principal=p, **d), _grants),
-    "claim_batch": Route(
-        "claim_batch", CLAIM, lambda p, t, d: core.task_claim_batch(principal=p, **d), _grants
-    ),
-    "commits": Route(
-        "commits", COMMIT, lambda p, t, d: core.task_commit_many(principal=p, items=d["items"]), _items
-    ),
-}
+    each.name: each for each in (CLAIM, HEARTBEAT, RELEASE, COMPLETE)
+}  # by the name recorded
 
 
 def ask_of(
@@ -207,41 +276,28 @@ def ask_of(
     principal: Principal,
     task_id: str,
     namespace: str,
-    data: dict[str, Any],
+    data: Input,
     value: Any,
     *,
     result: Any = None,
 ) -> Ask:
-    """A claim.v1 request (the validated input of its endpoint) as legacy is asked it. A commit completes with
-    the result claim.v1 made canonical (``value``), else with ``result``."""
+    """A claim.v1 request (the typed input of its endpoint) as legacy is asked it. A commit completes with the
+    result claim.v1 made canonical (``value``), else with ``result``."""
     if each.commits and value is not None:
         result = value.result
     return Ask(
         principal=principal,
         task_id=task_id,
         namespace=namespace,
-        owner_id=data.get("owner_id", principal.owner_id),
+        owner_id=data.named_owner() or principal.owner_id,
         api=CLAIM_V1,
-        ttl_seconds=data.get("ttl_seconds", data.get("extend_seconds", 30)),
+        ttl_seconds=data.lease_seconds(),
         result=result,
-        result_digest=data.get("result_digest", ""),
+        result_digest=data.digest_of_result(),
     )
 
 
 # --- how an answer where legacy decided is built ---------------------------------------------------------------
-
-
-def extras(each: TaskOperation, v1: V1Verdict, verdict: LegacyVerdict) -> dict[str, Any]:
-    """What the accepted answer adds to the task view: a commit's ids where claim.v1 committed too, a renew's
-    expiry as legacy set it."""
-    if each.commits and v1.accepted:
-        extra = {"result_commit_id": v1.value.result_commit_id, "unblocked": v1.value.unblocked}
-        if v1.value.staged_result_id is not None:
-            extra["staged_result_id"] = v1.value.staged_result_id
-        return extra
-    if each.name == "renew":
-        return {"lease_expires_at": verdict.expires_at}
-    return {}
 
 
 def view(task_id: str, v1: V1Verdict, mismatch_id: int | None, task: Any = None) -> dict[str, Any]:

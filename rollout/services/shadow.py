@@ -27,7 +27,7 @@ from ..models import (
     MismatchReason,
     MismatchStatus,
 )
-from .operations import V1Verdict, refused
+from .operations import TaskOperation, V1Verdict, refused
 
 __all__ = ["Records", "V1Verdict", "compare", "judged", "mismatch_reason", "record_legacy"]
 
@@ -117,16 +117,10 @@ def _v1_live_other_owner(task_id: str, owner_id: str) -> bool:
     )
 
 
-def _fence_unseen(operation: str, legacy: LegacyVerdict, v1: V1Verdict, task_id: str) -> bool:
-    if operation in ("heartbeat", "renew", "release"):
+def _fence_unseen(operation: TaskOperation, legacy: LegacyVerdict, v1: V1Verdict, task_id: str) -> bool:
+    if not operation.claims and not operation.commits:  # a renew (heartbeat) or a release
         return legacy.accepted and not v1.accepted and (v1.word, v1.reason) == ("FENCED", "EPOCH")
-    if (
-        operation == "claim"
-        and not legacy.accepted
-        and legacy.word == "HELD"
-        and v1.accepted
-        and legacy.owner_id
-    ):
+    if operation.claims and not legacy.accepted and legacy.word == "HELD" and v1.accepted and legacy.owner_id:
         held = (
             Attempt.objects.filter(task_id=task_id, owner_id=legacy.owner_id)
             .order_by("-claim_generation")
@@ -139,7 +133,7 @@ def _fence_unseen(operation: str, legacy: LegacyVerdict, v1: V1Verdict, task_id:
 
 
 def mismatch_reason(
-    operation: str,
+    operation: TaskOperation,
     legacy: LegacyVerdict,
     v1: V1Verdict,
     *,
@@ -156,23 +150,18 @@ def mismatch_reason(
     the stale write the fence exists to stop.)"""
     if _fence_unseen(operation, legacy, v1, task_id):
         return MismatchReason.FENCE_UNSEEN_BY_LEGACY
-    if operation == "claim":
+    if operation.claims:
         if legacy.accepted and not v1.accepted and _v1_live_other_owner(task_id, owner_id):
             return MismatchReason.DOUBLE_GRANT
         if not legacy.accepted and legacy.word == "HELD" and v1.accepted:
             return MismatchReason.DOUBLE_GRANT
-    if (
-        operation in ("commit", "complete")
-        and legacy.accepted
-        and not v1.accepted
-        and v1.word in _STALE_WORDS
-    ):
+    if operation.commits and legacy.accepted and not v1.accepted and v1.word in _STALE_WORDS:
         return MismatchReason.STALE_COMMIT_ACCEPTED
     if legacy.accepted and not v1.accepted:
         return MismatchReason.V1_REJECTED_ONLY
     if not legacy.accepted and v1.accepted:
         return MismatchReason.LEGACY_REJECTED_ONLY
-    if operation in ("commit", "complete") and legacy.accepted and v1.accepted and not same_result:
+    if operation.commits and legacy.accepted and v1.accepted and not same_result:
         row = legacy_row if legacy_row is not None else legacy_store().get(task_id=task_id)
         canonical = Task.objects.filter(pk=task_id).values_list("result_digest", flat=True).first()
         if row is not None and canonical and row.result_digest != canonical:
@@ -205,7 +194,7 @@ def compare(
     *,
     namespace: str,
     task_id: str,
-    operation: str,
+    operation: TaskOperation,
     api: str,
     owner_id: str,
     legacy: LegacyVerdict,
@@ -230,7 +219,7 @@ def compare(
     with transaction.atomic(savepoint=False):
         now = legacy.at or clock.now()
         compared = ComparedOperation(
-            namespace=namespace, operation=operation, api=api, agreed=reason is None, at=now
+            namespace=namespace, operation=operation.name, api=api, agreed=reason is None, at=now
         )
         if records is not None:
             records.compared.append(compared)
@@ -251,7 +240,7 @@ def compare(
         return Mismatch.objects.create(
             namespace=namespace,
             task_id=task_id,
-            operation=operation,
+            operation=operation.name,
             api=api,
             legacy={"verdict": legacy.word, "owner_id": legacy.owner_id or owner_id},
             v1=v1.as_record(),

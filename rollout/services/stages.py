@@ -21,7 +21,7 @@ from claims.services import audit
 from claims.validation import all_of, one_of, real_text
 
 from .. import selectors
-from ..models import CoverageWaiver, DrainSnapshot, GateEvaluation, Rollback, Stage, StageChange
+from ..models import CoverageWaiver, DrainSnapshot, GateEvaluation, Rollback, RollbackStep, Stage, StageChange
 from . import adoption, state, write_through
 from .errors import GateNotMet, RollbackInProgress
 
@@ -365,7 +365,7 @@ def rollback(
                 namespace=hold.name,
                 from_stage=locked.stage,
                 to_stage=to_stage,
-                step="FENCING",
+                step=RollbackStep.FENCING,
                 reason=reason,
                 principal=principal.name,
                 scheduler_epoch=hold.scheduler_epoch,
@@ -418,8 +418,8 @@ def _fence_for(rollback: Rollback) -> None:
     )
     from claims.selectors import fence_epoch_of
 
-    Rollback.objects.filter(pk=rollback.pk, step="FENCING").update(
-        step="DRAINING", scheduler_epoch=fence_epoch_of(rollback.pk)
+    Rollback.objects.filter(pk=rollback.pk, step=RollbackStep.FENCING).update(
+        step=RollbackStep.DRAINING, scheduler_epoch=fence_epoch_of(rollback.pk)
     )
 
 
@@ -439,7 +439,7 @@ def advance_rollback(
     running = Rollback.objects.get(pk=rollback_id)
     if running.finished_at is not None:
         return running
-    if running.step == "FENCING":
+    if running.step == RollbackStep.FENCING:
         _fence_for(running)
         running.refresh_from_db()
     # claim.v1's decisions written through to a legacy table in another database, before legacy decides again;
@@ -471,7 +471,7 @@ def advance_rollback(
                 reason=f"rollback: {locked.reason}{' (forced: ' + reason + ')' if forced else ''}",
             )
         services.namespace_release_hold(namespace=locked.namespace, hold=_hold_of(locked))
-        locked.step, locked.finished_at, locked.forced = "DONE", hold.now, forced
+        locked.step, locked.finished_at, locked.forced = RollbackStep.DONE, hold.now, forced
         locked.save(update_fields=["step", "finished_at", "forced"])
         StageChange.objects.create(
             namespace=locked.namespace,
