@@ -7,7 +7,7 @@ from django.db import DatabaseError
 
 from .locks import singleton
 from .services import leases_reap
-from .services.dispatch import dispatch_deliver, dispatch_stuck
+from .services.dispatch_delivery import dispatch_deliver, dispatch_stuck
 from .services.metrics import metrics_fold
 from .services.retention import history_prune
 

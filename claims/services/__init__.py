@@ -15,8 +15,9 @@ from ._base import (
 from ._sql import Statement, insert_statement, prep, write, writes_together
 from .claiming import ClaimGrant, task_claim, task_claim_batch, task_claim_next
 from .commit_many import task_commit_many
-from .dispatch import Delivery, dispatch_apply, dispatch_deliver, dispatch_heard, dispatch_lost
-from .dispatching import PreparedDispatch, effect_dispatch, effect_prepare_dispatch
+from .committing import Committed, task_commit
+from .dispatch_delivery import Delivery, dispatch_apply, dispatch_deliver, dispatch_heard, dispatch_lost
+from .dispatch_intent import PreparedDispatch, effect_dispatch, effect_prepare_dispatch
 from .effects import (
     Prepared,
     effect_approve,
@@ -34,7 +35,7 @@ from .namespaces import (
 )
 from .principals import IssuedToken, hash_token, principal_ensure, token_issue, token_revoke
 from .resources import ResourceView, resource_check, resource_create, resource_delete, resource_get
-from .results import Committed, Staged, result_stage, task_commit
+from .staging import Staged, result_stage
 from .tasks import TaskCreated, task_cancel, task_create, task_requeue, task_revise_input, tasks_adopt
 
 __all__ = [

@@ -1,5 +1,5 @@
 """claim-v1.md §9's batch commit: the common items decided together, each by the single commit's own checks in its
-order (``results``), in one transaction."""
+order (``committing``), in one transaction."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ from ..models import AcceptancePoint, Principal, Task, TaskEvent
 from . import _sql
 from ._base import NamespaceHold, RejectionLog, hold_tasks, run_guard, settle
 from .authority import Acceptance
-from .results import (
-    _NO_RESULT,
+from .committing import (
+    NO_RESULT,
     Committed,
-    _check_resources_named,
-    _commit_writes,
-    _committed,
-    _committed_event,
-    _flip_all,
-    _judge,
-    _repeats,
+    check_resources_named,
+    commit_writes,
+    committed_answer,
+    committed_event,
+    flip_all,
+    judge,
+    repeats,
 )
 
 
@@ -64,11 +64,11 @@ def task_commit_many(
                 owner_id=principal.owner_id,
             )
             try:
-                _check_resources_named(task, data.get("resources"))
+                check_resources_named(task, data.get("resources"))
                 at.resolve_attempt()
-                if _repeats(task, data["attempt_id"], data["result_digest"]):
+                if repeats(task, data["attempt_id"], data["result_digest"]):
                     continue
-                _judge(
+                judge(
                     at,
                     observed_cancel_generation=data["observed_cancel_generation"],
                     input_digest=data["input_digest"],
@@ -78,8 +78,8 @@ def task_commit_many(
                 continue
             judged.append((index, at, data))
         interleave.reach("task_commit_many.judged")
-        flips, events = _flip_all(
-            [(at, data.get("result", _NO_RESULT), data["result_digest"]) for _, at, data in judged]
+        flips, events = flip_all(
+            [(at, data.get("result", NO_RESULT), data["result_digest"]) for _, at, data in judged]
         )
         writes: list[_sql.Statement] = []
         for (index, at, data), flipped in zip(judged, flips, strict=True):
@@ -88,9 +88,9 @@ def task_commit_many(
                     "this attempt staged no result with this digest", current=at.current
                 )
                 continue
-            writes += _commit_writes(at, flipped)
-            events.append(_committed_event(at, flipped, []))
-            answers[index] = _committed(flipped, [], inline="result" in data)
+            writes += commit_writes(at, flipped)
+            events.append(committed_event(at, flipped, []))
+            answers[index] = committed_answer(flipped, [], inline="result" in data)
         for index, (task_id, data) in enumerate(items):
             answer = answers.get(index)
             if isinstance(answer, Conflict) and task_id in held:

@@ -12,10 +12,7 @@ Lock order everywhere: task row (with its namespace, ``hold_task``), then the ef
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from django.db import transaction
 
@@ -30,7 +27,6 @@ from ..errors import (
     PayloadConflict,
 )
 from ..models import (
-    AcceptancePoint,
     Attempt,
     DispatchIntent,
     DispatchState,
@@ -42,8 +38,9 @@ from ..models import (
     Role,
 )
 from . import ledger
-from ._base import audit, hold_task, locked_rows, task_current
-from .authority import Acceptance, acceptance_point
+from ._base import audit, hold_task, task_current
+from .authority import Acceptance
+from .effect_point import at_effect_point, authorise, lock_effect, task_of
 
 E = EffectState
 
@@ -53,47 +50,6 @@ class Prepared:
     effect: Effect
     outcome: str  # PREPARED | RECONCILE_REQUIRED | ALREADY_COMMITTED | APPROVAL_REQUIRED
     created: bool
-
-
-@contextmanager
-def _at_effect_point(
-    principal: Principal,
-    task_id: str,
-    *,
-    attempt_id: Any,
-    claim_generation: int | None,
-    scheduler_epoch: int | None,
-    owner_id: str | None,
-    effect_id: str | None = None,
-    effect_slot: str = "",
-) -> Iterator[tuple[Acceptance, Effect | None]]:
-    """One effect call: a request at the `effect` acceptance point (``authority.acceptance_point``), holding, in
-    the documented order, the task row with its namespace and then the effect row (named, or the slot's) — and
-    the clock read after both. The caller authorises (``_authorise``) once every lock it needs is held, so
-    authority is judged on what the locks keep still."""
-    with acceptance_point(
-        AcceptancePoint.EFFECT,
-        principal=principal,
-        task_id=task_id,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
-    ) as at:
-        eid = effect_id or make_effect_id(at.task.task_id, at.task.node_id, effect_slot)
-        rows, db_now = locked_rows(Effect, "effect_id = %s", [eid], order="effect_id", lock="FOR UPDATE")
-        at.after(db_now)
-        yield at, rows[0] if rows else None
-
-
-def _authorise(at: Acceptance) -> None:
-    """Authority for an effect call (§6): the attempt named is the task's current attempt, owned by the caller,
-    not fenced by the epoch rule, its lease not expired, the task not cancelled. 403 before 409."""
-    at.require_owner()
-    at.resolve_attempt()
-    at.require_not_cancelled()
-    at.require_current_attempt()
-    at.require_live_lease()
 
 
 # What a worker may do next, by the state its prepare found the effect in (FAILED was moved back to PREPARED).
@@ -110,20 +66,6 @@ def next_step(effect: Effect) -> str:
     if outcome == "PREPARED" and effect.non_replayable and effect.approved_at is None:
         return "APPROVAL_REQUIRED"
     return outcome
-
-
-def _lock_effect(effect_id: str) -> Effect:
-    effect = Effect.objects.select_for_update().filter(pk=effect_id).first()
-    if effect is None:
-        raise NotFound("no such effect")
-    return effect
-
-
-def _task_of(effect_id: str) -> str:
-    task_id = Effect.objects.filter(pk=effect_id).values_list("task_id", flat=True).first()
-    if task_id is None:
-        raise NotFound("no such effect")
-    return task_id
 
 
 def effect_prepare(
@@ -146,7 +88,7 @@ def effect_prepare(
     A NON_REPLAYABLE task's effect answers APPROVAL_REQUIRED (202) until an operator approves it — as does one
     the caller marks ``non_replayable`` (the MCP gateway, for a tool its operator set NON_REPLAYABLE).
     """
-    with _at_effect_point(
+    with at_effect_point(
         principal,
         task_id,
         attempt_id=attempt_id,
@@ -178,7 +120,7 @@ def prepare_at(
     ``effect_prepare_dispatch``): authority, the slot bound to ``payload_digest``, the timeline's event, and what
     the worker may do next. ``dispatching``: the caller records its dispatch in this transaction when it may (a new
     effect that needs no approval is written with its ``dispatched_at`` at once, instead of a second write)."""
-    _authorise(at)
+    authorise(at)
     attempt_id, claim_generation = at.attempt_id, at.claim_generation
     assert claim_generation is not None  # a prepare names its claim (the serializers require it)
     effect = _bound(
@@ -299,8 +241,8 @@ def effect_record_outcome(
     """
     if state not in ledger.EVENT_FOR_STATE:
         raise Invalid({"state": ["Must be one of COMMITTED, UNKNOWN, FAILED."]})
-    task_id = _task_of(effect_id)
-    with _at_effect_point(
+    task_id = task_of(effect_id)
+    with at_effect_point(
         principal,
         task_id,
         attempt_id=attempt_id,
@@ -361,7 +303,7 @@ def _authorise_report(
     if attempt_owner is not None and attempt_owner != principal.owner_id:
         raise Forbidden(f"attempt {attempt_id} is not {principal.owner_id!r}'s")
     if attempt_owner is None or attempt_id == task.attempt_id:
-        _authorise(at)
+        authorise(at)
     elif ledger.last_to_act(effect) != attempt_id:
         raise Fenced(
             "the effect has moved on since this attempt acted on it: its report is not about the effect now",
@@ -405,8 +347,8 @@ def effect_reconcile(
     if observed not in ("OCCURRED", "NOT_OCCURRED"):
         raise Invalid({"observed": ["Must be OCCURRED or NOT_OCCURRED."]})
     reason = _reason_for(principal, observed, reason)
-    task_id = _task_of(effect_id)
-    with _at_effect_point(
+    task_id = task_of(effect_id)
+    with at_effect_point(
         principal,
         task_id,
         attempt_id=attempt_id,
@@ -419,7 +361,7 @@ def effect_reconcile(
         if effect is None:
             raise NotFound("no such effect")
         if principal.role == Role.WORKER:
-            _authorise(at)
+            authorise(at)
         if effect.state != E.UNKNOWN:
             raise NotUnknown(
                 f"only an UNKNOWN effect is reconciled; this one is {effect.state}",
@@ -465,10 +407,10 @@ def effect_reconcile(
 def effect_approve(*, principal: Principal, effect_id: str, note: str = "") -> Effect:
     """An operator approves a NON_REPLAYABLE effect. Idempotent; the approval binds the payload digest and lasts
     through FAILED → PREPARED and a NOT_OCCURRED reconcile."""
-    task_id = _task_of(effect_id)
+    task_id = task_of(effect_id)
     with transaction.atomic(durable=True):
         ns, _task = hold_task(task_id)
-        effect = _lock_effect(effect_id)
+        effect = lock_effect(effect_id)
         if not effect.non_replayable:
             raise InvalidTransition(
                 "only a NON_REPLAYABLE task's effect needs approval", current=ledger.effect_current(effect)

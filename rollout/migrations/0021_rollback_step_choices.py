@@ -4,19 +4,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rollout', '0020_fence_unseen_by_legacy'),
+        ("rollout", "0020_fence_unseen_by_legacy"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='rollback',
-            name='step',
-            field=models.CharField(choices=[('FENCING', 'Fencing'), ('DRAINING', 'Draining'), ('DONE', 'Done')], max_length=16),
+            model_name="rollback",
+            name="step",
+            field=models.CharField(
+                choices=[("FENCING", "Fencing"), ("DRAINING", "Draining"), ("DONE", "Done")], max_length=16
+            ),
         ),
         migrations.AddConstraint(
-            model_name='rollback',
-            constraint=models.CheckConstraint(condition=models.Q(('step__in', ['FENCING', 'DRAINING', 'DONE'])), name='rollback_step_valid'),
+            model_name="rollback",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("step__in", ["FENCING", "DRAINING", "DONE"])), name="rollback_step_valid"
+            ),
         ),
     ]

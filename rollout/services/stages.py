@@ -279,7 +279,7 @@ def advance(
 
 
 def _enqueue_import(import_id: int) -> None:
-    from claims.services.dispatching import (
+    from claims.services.dispatch_intent import (
         enqueue,  # the job by its name: jobs call services, not the reverse
     )
 

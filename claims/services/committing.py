@@ -1,4 +1,7 @@
-"""Stage and commit results (claim-v1.md §5), and releasing successors by a canonical commit."""
+"""Committing a result (claim-v1.md §5): what a commit is judged on and what it writes — its checks in the
+contract's order, the canonical flip, the task and attempt rows, the `result_committed` event, successors released
+— and the single commit (``task_commit``) made of them. The batch commit (``commit_many``) is made of the same
+parts, under locks of its own."""
 
 from __future__ import annotations
 
@@ -6,11 +9,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Exists, F, OuterRef
 
-from .. import clock, interleave
-from ..errors import Fenced, Forbidden, Invalid, NotFound, NotStaged, StaleInput
+from .. import interleave
+from ..errors import Invalid, NotStaged, StaleInput
 from ..models import (
     AcceptancePoint,
     Attempt,
@@ -27,20 +30,10 @@ from ..models import (
 )
 from ..states import check_transition
 from . import _sql, statements, wakeups
-from ._base import (
-    NamespaceHold,
-    event_values,
-    new_event,
-    settle,
-)
+from ._base import NamespaceHold, event_values, new_event, settle
 from .authority import Acceptance, acceptance_point
 from .resources import bump_revisions, check_commit_resources, lock_commit_resources
-
-
-@dataclass(frozen=True)
-class Staged:
-    staged: StagedResult
-    created: bool
+from .staging import staged_event
 
 
 @dataclass(frozen=True)
@@ -53,98 +46,7 @@ class Committed:
     result_digest: str = ""
 
 
-_NO_RESULT: Any = object()
-
-
-def _stage_row(
-    *,
-    principal: Principal,
-    attempt: Attempt,
-    task_id: str,
-    claim_generation: int,
-    result: Any,
-    result_digest: str,
-    now: Any,
-) -> tuple[StagedResult, bool]:
-    """Insert the attempt's staged row with its `result_staged` event, unless the attempt staged this digest
-    already ((attempt, result_digest) is unique). The row (unsaved when nothing was inserted) and whether it was."""
-    staged = StagedResult(
-        staged_result_id=uuid.uuid4(),
-        task_id=task_id,
-        attempt_id=attempt.attempt_id,
-        result=result,
-        result_digest=result_digest,
-        staged_at=now,
-        canonical=False,
-    )
-    fields = {f.attname: getattr(staged, f.attname) for f in StagedResult._meta.concrete_fields}
-    inserted = _sql.insert_if_absent_then(
-        _sql.insert_statement(StagedResult, if_absent=True, **fields),
-        TaskEvent,
-        **_staged_event(principal, attempt, staged, claim_generation),
-    )
-    return staged, inserted
-
-
-def _staged_event(
-    principal: Principal, attempt: Attempt, staged: StagedResult, claim_generation: int
-) -> dict[str, Any]:
-    return event_values(
-        EventKind.RESULT_STAGED,
-        namespace_id=attempt.namespace_id,
-        task_id=staged.task_id,
-        at=staged.staged_at,
-        principal=principal,
-        attempt_id=attempt.attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=attempt.scheduler_epoch,
-        owner_id=attempt.owner_id,
-        detail={"staged_result_id": str(staged.pk), "result_digest": staged.result_digest},
-    )
-
-
-def result_stage(
-    *,
-    principal: Principal,
-    task_id: str,
-    attempt_id: uuid.UUID,
-    claim_generation: int,
-    result: Any,
-    result_digest: str,
-) -> Staged:
-    """Stage a result, isolated: never canonical, never visible as the task's result, never releases successors.
-
-    Any attempt of the task may stage whatever the task's state (fenced, released, cancelled attempts too): staging
-    grants nothing, the commit point decides. Staging the same digest again returns the existing record.
-    The serializer has already checked that ``result_digest`` is the digest of ``result``.
-    """
-    with transaction.atomic(durable=True):
-        # Staging grants nothing, so it takes no lock: the attempt row (and the clock) in one statement.
-        attempt = _sql.select_one(Attempt, {"attempt_id": attempt_id, "task_id": task_id}, now=True)
-        if attempt is None:
-            if not Task.objects.filter(pk=task_id).exists():
-                raise NotFound("no such task")
-            raise Fenced("no such attempt of this task", reason="ATTEMPT", current={})
-        if attempt.owner_id != principal.owner_id:
-            raise Forbidden(f"attempt {attempt_id} is not {principal.owner_id!r}'s")
-        if attempt.claim_generation != claim_generation:
-            raise Fenced(
-                f"attempt {attempt_id} holds claim_generation {attempt.claim_generation}, not {claim_generation}",
-                reason="GENERATION",
-                current={"claim_generation": attempt.claim_generation},
-            )
-        staged, inserted = _stage_row(
-            principal=principal,
-            attempt=attempt,
-            task_id=task_id,
-            claim_generation=claim_generation,
-            result=result,
-            result_digest=result_digest,
-            now=clock.from_db(attempt.db_now),
-        )
-        if not inserted:
-            staged = _sql.select_one(StagedResult, {"attempt_id": attempt_id, "result_digest": result_digest})
-    return Staged(staged, created=inserted)
+NO_RESULT: Any = object()  # a commit without an inline result: it commits the one staged earlier
 
 
 def task_commit(
@@ -158,7 +60,7 @@ def task_commit(
     input_digest: str,
     result_digest: str,
     resources: list[dict[str, Any]] | None = None,
-    result: Any = _NO_RESULT,
+    result: Any = NO_RESULT,
 ) -> Committed:
     """Make a staged result the task's one canonical result. Every check is made again here, at the commit
     point, in one transaction with the task row locked; earlier checks by the worker only save wasted work.
@@ -186,9 +88,9 @@ def task_commit(
         owner_id=principal.owner_id,
     ) as at:
         task = at.task
-        _check_resources_named(task, resources)
+        check_resources_named(task, resources)
         at.resolve_attempt()
-        repeat = _repeat(task, attempt_id, result_digest, inline=result is not _NO_RESULT)
+        repeat = repeated_answer(task, attempt_id, result_digest, inline=result is not NO_RESULT)
         if repeat is not None:
             settle(AcceptancePoint.COMMIT, at.ns, repeat)
             return repeat
@@ -200,35 +102,35 @@ def task_commit(
             # incarnations — and the lease is judged on the clock read after them, not before a wait on them.
             keys, live, db_now = lock_commit_resources(task.resources)
             at.after(db_now)
-        _judge(at, observed_cancel_generation=observed_cancel_generation, input_digest=input_digest)
+        judge(at, observed_cancel_generation=observed_cancel_generation, input_digest=input_digest)
         incarnations = check_commit_resources(
             attempt_id=attempt_id, named=resources or [], locked=(keys, live), current=at.current
         )
-        (flipped,), events = _flip_all([(at, result, result_digest)])
+        (flipped,), events = flip_all([(at, result, result_digest)])
         if flipped is None:
             raise NotStaged("this attempt staged no result with this digest", current=at.current)
         interleave.reach("task_commit.checked")
         wakeups.keys_freed(task.resources)  # the attempt's keys are free for the tasks that list them
-        writes = _commit_writes(at, flipped)
+        writes = commit_writes(at, flipped)
         unblocked: list[str] = []
         if task.has_successors:
             # The successor check must see this task COMMITTED: write it first.
             _sql.together(*writes)
             writes = []
-            unblocked = _unblock_successors(task, ns=at.ns, principal=principal)
+            unblocked = unblock_successors(task, ns=at.ns, principal=principal)
             if unblocked:  # part of the stored answer a repeat of this commit returns
                 writes.append(
                     _sql.update_statement(StagedResult, {"staged_result_id": flipped.pk}, unblocked=unblocked)
                 )
-        events.append(_committed_event(at, flipped, unblocked))
+        events.append(committed_event(at, flipped, unblocked))
         _sql.together(*writes, _sql.insert_many_statement(TaskEvent, events))
         bump_revisions(incarnations)  # each resource named gets revision + 1, in the commit's transaction
-        committed = _committed(flipped, unblocked, inline=result is not _NO_RESULT)
+        committed = committed_answer(flipped, unblocked, inline=result is not NO_RESULT)
         settle(AcceptancePoint.COMMIT, at.ns, committed)
     return committed
 
 
-def _repeats(task: Task, attempt_id: uuid.UUID, result_digest: str) -> bool:
+def repeats(task: Task, attempt_id: uuid.UUID, result_digest: str) -> bool:
     """Check 0: this attempt already committed this digest."""
     return (
         task.state == TaskState.COMMITTED
@@ -237,9 +139,11 @@ def _repeats(task: Task, attempt_id: uuid.UUID, result_digest: str) -> bool:
     )
 
 
-def _repeat(task: Task, attempt_id: uuid.UUID, result_digest: str, *, inline: bool) -> Committed | None:
+def repeated_answer(
+    task: Task, attempt_id: uuid.UUID, result_digest: str, *, inline: bool
+) -> Committed | None:
     """Check 0's answer: the stored one, when this attempt already committed this digest."""
-    if not _repeats(task, attempt_id, result_digest):
+    if not repeats(task, attempt_id, result_digest):
         return None
     stored = StagedResult.objects.get(task_id=task.pk, canonical=True)
     assert stored.commit_id is not None  # a canonical row carries its commit (staged_canonical_complete)
@@ -253,7 +157,7 @@ def _repeat(task: Task, attempt_id: uuid.UUID, result_digest: str, *, inline: bo
     )
 
 
-def _judge(at: Acceptance, *, observed_cancel_generation: int, input_digest: str) -> None:
+def judge(at: Acceptance, *, observed_cancel_generation: int, input_digest: str) -> None:
     """Checks 1–3, on the task as locked and the clock read after every lock."""
     at.require_not_cancelled(observed_cancel_generation)
     at.require_current_attempt(check_owner=False)
@@ -262,10 +166,10 @@ def _judge(at: Acceptance, *, observed_cancel_generation: int, input_digest: str
         raise StaleInput("the input was revised: re-read it and compute again", current=at.current)
 
 
-def _flip_all(
+def flip_all(
     commits: list[tuple[Acceptance, Any, str]],
 ) -> tuple[list[StagedResult | None], list[dict[str, Any]]]:
-    """Check 5 and the canonical flip, for commits (each its acceptance, its inline result or ``_NO_RESULT``, and
+    """Check 5 and the canonical flip, for commits (each its acceptance, its inline result or ``NO_RESULT``, and
     its result_digest) whose checks 0–4 passed: each one's staged row, now canonical, or None (NOT_STAGED).
 
     Inline results (claim-v1.md §9) are staged here, canonical as they are written, all in one upsert: a row the
@@ -277,7 +181,7 @@ def _flip_all(
     events: list[dict[str, Any]] = []
     fresh: dict[Any, tuple[StagedResult, Acceptance]] = {}
     for at, result, result_digest in commits:
-        if result is not _NO_RESULT:
+        if result is not NO_RESULT:
             fresh[at.attempt_id] = (
                 StagedResult(
                     staged_result_id=uuid.uuid4(),
@@ -307,7 +211,7 @@ def _flip_all(
             )
         }
     for position, (at, result, result_digest) in enumerate(commits):
-        if result is not _NO_RESULT:
+        if result is not NO_RESULT:
             row = written[at.attempt_id]
             staged, _ = fresh[at.attempt_id]
             if row.pk == staged.pk:  # inserted, not an earlier row flipped
@@ -319,7 +223,7 @@ def _flip_all(
                     else at.ns.scheduler_epoch,
                     owner_id=at.task.owner_id or "",
                 )
-                events.append(_staged_event(at.principal, attempt, staged, at.claim_generation or 0))
+                events.append(staged_event(at.principal, attempt, staged, at.claim_generation or 0))
             flipped[position] = row
             continue
         found = _sql.load(
@@ -338,7 +242,7 @@ def _flip_all(
     return flipped, events
 
 
-def _commit_writes(at: Acceptance, flipped: StagedResult) -> list[_sql.Statement]:
+def commit_writes(at: Acceptance, flipped: StagedResult) -> list[_sql.Statement]:
     """The task COMMITTED with the canonical result, and its attempt ended."""
     task, ns = at.task, at.ns
     check_transition(task.state, TaskState.COMMITTED, "commit")
@@ -367,7 +271,7 @@ def _commit_writes(at: Acceptance, flipped: StagedResult) -> list[_sql.Statement
     ]
 
 
-def _committed_event(at: Acceptance, flipped: StagedResult, unblocked: list[str]) -> dict[str, Any]:
+def committed_event(at: Acceptance, flipped: StagedResult, unblocked: list[str]) -> dict[str, Any]:
     return event_values(
         EventKind.RESULT_COMMITTED,
         namespace_id=at.ns.id,
@@ -387,7 +291,7 @@ def _committed_event(at: Acceptance, flipped: StagedResult, unblocked: list[str]
     )
 
 
-def _committed(flipped: StagedResult, unblocked: list[str], *, inline: bool) -> Committed:
+def committed_answer(flipped: StagedResult, unblocked: list[str], *, inline: bool) -> Committed:
     assert flipped.commit_id is not None
     return Committed(
         result_commit_id=flipped.commit_id,
@@ -399,7 +303,7 @@ def _committed(flipped: StagedResult, unblocked: list[str], *, inline: bool) -> 
     )
 
 
-def _check_resources_named(task: Task, resources: list[dict[str, Any]] | None) -> None:
+def check_resources_named(task: Task, resources: list[dict[str, Any]] | None) -> None:
     """A commit names exactly the resources the task lists, each once: it can neither skip one it holds nor
     write one it does not (400)."""
     named = [item["resource_key"] for item in resources or []]
@@ -409,7 +313,7 @@ def _check_resources_named(task: Task, resources: list[dict[str, Any]] | None) -
         )
 
 
-def _unblock_successors(task: Task, *, ns: NamespaceHold, principal: Principal) -> list[str]:
+def unblock_successors(task: Task, *, ns: NamespaceHold, principal: Principal) -> list[str]:
     """Successors of ``task`` (now COMMITTED in this transaction) whose predecessors are all committed become
     READY. Only a canonical commit reaches here, so staged and fenced results never release a successor.
 

@@ -1,5 +1,5 @@
 """Recording a dispatch (claim-v1.md §6): the durable commitment to deliver a payload under an effect's key, in the
-transaction of its checks; the delivery is the Celery job ``claims.deliver_dispatch`` (services/dispatch.py)."""
+transaction of its checks; the delivery is the Celery job ``claims.deliver_dispatch`` (services/dispatch_delivery.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from . import _sql, ledger
 from ._base import NamespaceHold
 from ._sql import writes_together
 from .authority import Acceptance
-from .effects import _at_effect_point, _authorise, _task_of, prepare_at
+from .effect_point import at_effect_point, authorise, task_of
+from .effects import prepare_at
 from .resources import check_dispatch_resources, lock_keys
 
 
@@ -48,8 +49,8 @@ def effect_dispatch(
     ``inline``: the caller delivers it itself, now (``dispatch_apply`` records the reply): the intent is recorded
     already SENDING, and no job is started for it.
     """
-    task_id = _task_of(effect_id)
-    with _at_effect_point(
+    task_id = task_of(effect_id)
+    with at_effect_point(
         principal,
         task_id,
         attempt_id=attempt_id,
@@ -65,7 +66,7 @@ def effect_dispatch(
         if task.resources:  # the last lock of the order (after task and effect); the clock is read after it
             keys, db_now = lock_keys(sorted(task.resources), lock="FOR SHARE")
             at.after(db_now)
-        _authorise(at)
+        authorise(at)
         return _record_intent(
             at,
             effect,
@@ -219,7 +220,7 @@ def effect_prepare_dispatch(
     them all. Any refusal rolls the whole step back. ``also(effect)`` runs in the same transaction when the effect is
     new or an intent was recorded now (the gateway writes its tool call beside the effect)."""
     with (
-        _at_effect_point(
+        at_effect_point(
             principal,
             task_id,
             attempt_id=attempt_id,
