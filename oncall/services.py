@@ -92,6 +92,15 @@ def fence_check(*, fence_id: uuid.UUID | str) -> FenceRequest:
         return locked
 
 
+def fence_check_later(request: FenceRequest) -> None:
+    """The self-check sent as the ``oncall.fence_epoch`` job (the console's path: its request returns at once).
+    Raises the broker's error when the queue is unreachable — the fence stands, and ``resend_fences`` sends the
+    check once the queue is back."""
+    services.enqueue(
+        "oncall.fence_epoch", request.namespace, request.reason, request.principal, str(request.pk)
+    )
+
+
 def fence_now(*, principal: Principal, namespace: str, reason: str) -> FenceRequest:
     """Fence and check at once (the API, the ``fence`` command, and ``fence_epoch`` called without a request)."""
     return fence_check(fence_id=fence(principal=principal, namespace=namespace, reason=reason).pk)

@@ -23,7 +23,6 @@ from claims.ui import LIVE_REFRESH_SECONDS, acting, report, role_required
 from . import selectors
 from . import services as oncall
 from .extensions import pages_of
-from .tasks import fence_epoch
 
 
 def _ctx(request: HttpRequest, **extra) -> dict:
@@ -111,7 +110,7 @@ def _fence_requested(request: HttpRequest, ns: str, reason: str) -> HttpResponse
     )
     fenced = f"Fenced: epoch {done.scheduler_epoch}, new claims refused, every claim.v1 claim granted before it ended."
     try:
-        fence_epoch.delay(ns, done.reason, done.principal, str(done.fence_id))
+        oncall.fence_check_later(done)
         messages.success(request, f"{fenced} Its self-check runs as a job; the verdict appears under Fences.")
     except OperationalError:
         # The broker is down: the fence stands; resend_fences sends its check when the queue is back.

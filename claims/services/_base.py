@@ -11,6 +11,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
+from celery import current_app
 from django.db import connection, models, transaction
 
 from .. import clock
@@ -346,3 +347,10 @@ class RejectionLog:
             point=self.point,
             detail={"outcome": exc.outcome, "reason": exc.reason},
         )
+
+
+def enqueue(job: str, *args: Any) -> None:
+    """Send a Celery job by its registered name (each app's ``tasks.py``): jobs call services, never the other way, so
+    a service names the job instead of importing it. The registered task itself, so an eager configuration runs
+    it in place and a worker receives it otherwise."""
+    current_app.tasks[job].delay(*args)

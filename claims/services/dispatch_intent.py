@@ -8,7 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from celery import current_app
 from django.db import transaction
 
 from .. import interleave
@@ -17,7 +16,7 @@ from ..errors import ApprovalRequired, InvalidTransition, NotFound, PayloadConfl
 from ..models import Attempt, DispatchIntent, DispatchState, Effect, EventKind, Principal, ResourceKey
 from ..models import EffectState as E
 from . import _sql, ledger
-from ._base import NamespaceHold
+from ._base import NamespaceHold, enqueue
 from ._sql import writes_together
 from .authority import Acceptance
 from .effect_point import at_effect_point, authorise, task_of
@@ -301,10 +300,3 @@ def _require_dispatchable(effect: Effect, payload: Any, ns: NamespaceHold) -> No
             reason="NODE_BUSY",
             current=ledger.effect_current(effect),
         )
-
-
-def enqueue(job: str, *args: Any) -> None:
-    """Send a Celery job by its registered name (``claims/tasks.py``): jobs call services, never the other way, so
-    a service names the job instead of importing it. The registered task itself, so an eager configuration runs
-    it in place and a worker receives it otherwise."""
-    current_app.tasks[job].delay(*args)

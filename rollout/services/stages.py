@@ -17,6 +17,7 @@ from django.db import transaction
 from claims import clock, interleave, services
 from claims.errors import ClaimsPaused, Forbidden, InvalidTransition
 from claims.models import Namespace, Principal, Role
+from claims.selectors import fence_epoch_of
 from claims.services import audit
 from claims.validation import all_of, one_of, real_text
 
@@ -279,11 +280,7 @@ def advance(
 
 
 def _enqueue_import(import_id: int) -> None:
-    from claims.services.dispatch_intent import (
-        enqueue,  # the job by its name: jobs call services, not the reverse
-    )
-
-    enqueue("rollout.import_legacy_rows", import_id)
+    services.enqueue("rollout.import_legacy_rows", import_id)  # the job by its name: jobs call services
 
 
 def waive_coverage(*, principal: Principal, namespace: str, point: str, reason: str) -> CoverageWaiver:
@@ -416,8 +413,6 @@ def _fence_for(rollback: Rollback) -> None:
         fence_id=rollback.pk,
         hold=_hold_of(rollback),
     )
-    from claims.selectors import fence_epoch_of
-
     Rollback.objects.filter(pk=rollback.pk, step=RollbackStep.FENCING).update(
         step=RollbackStep.DRAINING, scheduler_epoch=fence_epoch_of(rollback.pk)
     )

@@ -5,7 +5,7 @@ behind — those in trouble first — with Fence and Resume on each card for on-
 from __future__ import annotations
 
 from claims.models import AuditEntry, Namespace
-from oncall import views
+from oncall import tasks as oncall_jobs
 from rollout.tasks import gate_check
 from tests.console.test_pages import login
 from tests.support.actors import make_actor
@@ -18,7 +18,9 @@ def _card(rows: list[dict], name: str) -> dict:
 def test_the_board_puts_the_namespace_in_trouble_first_with_what_it_waits_on(
     operator, oncall, settings, monkeypatch
 ):
-    monkeypatch.setattr(views.fence_epoch, "delay", lambda *a, **k: None)  # the self-check's job never runs
+    monkeypatch.setattr(
+        oncall_jobs.fence_epoch, "delay", lambda *a, **k: None
+    )  # the self-check's job never runs
     settings.ROLLOUT_MIN_SAMPLES = 10**6
     for name, stage in (("aaa-steady", "V1_ONLY"), ("mmm-shadow", "SHADOW"), ("zzz-rolling", "V1_READS")):
         assert operator.post("/namespaces", {"name": name, "stage": stage}).status_code == 201

@@ -118,13 +118,13 @@ def test_a_console_fence_acts_in_its_request_even_while_the_job_queue_is_down(
     from django.core.management import call_command
     from kombu.exceptions import OperationalError
 
-    from oncall import views
+    from oncall import tasks as oncall_jobs
     from oncall.models import FenceRequest
 
     def queue_down(*args, **kwargs):
         raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(views.fence_epoch, "delay", queue_down)  # the broker only; the database is real
+    monkeypatch.setattr(oncall_jobs.fence_epoch, "delay", queue_down)  # the broker only; the database is real
 
     page = ui_oncall.post("/ns/default/fence", {"reason": "incident", "confirm": "default"}, follow=True)
 

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 
 from claims.models import Attempt, AuditEntry, Namespace, TaskEvent
-from oncall import views
+from oncall import tasks as oncall_jobs
 from oncall.models import FenceRequest
 from tests.support.console import login
 
@@ -28,7 +28,7 @@ def _fence_via(door: str, oncall) -> None:
 def test_every_door_fences_in_its_own_request_and_the_next_claim_is_refused(
     door, oncall, operator, worker_a, default_namespace, monkeypatch
 ):
-    monkeypatch.setattr(views.fence_epoch, "delay", lambda *a, **k: None)  # no job runs at all
+    monkeypatch.setattr(oncall_jobs.fence_epoch, "delay", lambda *a, **k: None)  # no job runs at all
     task_id = operator.create().json()["task_id"]
 
     _fence_via(door, oncall)
