@@ -106,32 +106,6 @@ def unknown_effects_count() -> int:
     return Effect.objects.filter(state=EffectState.UNKNOWN).count()
 
 
-def reclaim_latencies(*, since: datetime | None = None) -> list[float]:
-    """Seconds from a lease's expiry to the claim that reclaimed it, per reclaim (oldest first)."""
-    events = TaskEvent.objects.filter(kind=EventKind.RECLAIMED)
-    if since is not None:
-        events = events.filter(at__gte=since)
-    out = []
-    for event in events.order_by("id").only("at", "detail").iterator():
-        previous = event.detail.get("previous") or {}
-        expired = previous.get("lease_expires_at")
-        if expired and previous.get("ended") == "lease_expired":
-            out.append(max(0.0, (event.at - datetime.fromisoformat(expired)).total_seconds()))
-    return out
-
-
-def ready_to_commit_seconds(*, since: datetime | None = None) -> list[float]:
-    """Seconds from a task's creation to its canonical commit, per commit."""
-    events = TaskEvent.objects.filter(kind=EventKind.RESULT_COMMITTED)
-    if since is not None:
-        events = events.filter(at__gte=since)
-    return [
-        (at - created).total_seconds()
-        for at, created in events.values_list("at", "task__created_at").iterator()
-        if created is not None
-    ]
-
-
 def next_lease_expiry(*, namespace: str, node_ids: list[str] | None = None) -> datetime | None:
     """When the next lease that could give this waiter a task runs out, or None: a waiting claim wakes then even if
     nothing is notified (an expiry is a change nobody writes). Only leases still running count — one that already

@@ -87,6 +87,23 @@ class Acceptance:
     scheduler_epoch: int | None = None
     owner_id: str | None = None
     granted_epoch: int | None = field(default=None)
+    point: str = ""
+
+    def event_fields(self, *, holder: bool = False, detail: dict[str, Any] | None = None) -> dict[str, Any]:
+        """This request's timeline row at its acceptance point, but for its kind: the namespace's clock and epoch
+        as held, the attempt and generation named, the owner named (``holder``: the task's, as locked)."""
+        return {
+            "namespace_id": self.ns.id,
+            "task_id": self.task.pk,
+            "at": self.ns.now,
+            "principal": self.principal,
+            "attempt_id": self.attempt_id,
+            "claim_generation": self.claim_generation,
+            "scheduler_epoch": self.ns.scheduler_epoch,
+            "owner_id": self.task.owner_id if holder else self.owner_id,
+            "point": self.point,
+            "detail": detail,
+        }
 
     @property
     def current(self) -> dict[str, Any]:
@@ -177,4 +194,5 @@ def acceptance_point(
             claim_generation=claim_generation,
             scheduler_epoch=scheduler_epoch,
             owner_id=owner_id,
+            point=point,
         )

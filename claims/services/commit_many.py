@@ -62,6 +62,7 @@ def task_commit_many(
                 claim_generation=data["claim_generation"],
                 scheduler_epoch=data["scheduler_epoch"],
                 owner_id=principal.owner_id,
+                point=AcceptancePoint.COMMIT,
             )
             try:
                 check_resources_named(task, data.get("resources"))

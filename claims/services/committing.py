@@ -272,22 +272,9 @@ def commit_writes(at: Acceptance, flipped: StagedResult) -> list[_sql.Statement]
 
 
 def committed_event(at: Acceptance, flipped: StagedResult, unblocked: list[str]) -> dict[str, Any]:
+    detail = {"result_commit_id": str(flipped.commit_id), "result_digest": flipped.result_digest}
     return event_values(
-        EventKind.RESULT_COMMITTED,
-        namespace_id=at.ns.id,
-        task_id=at.task.pk,
-        at=at.ns.now,
-        principal=at.principal,
-        attempt_id=at.attempt_id,
-        claim_generation=at.claim_generation,
-        scheduler_epoch=at.ns.scheduler_epoch,
-        owner_id=at.task.owner_id,
-        point=AcceptancePoint.COMMIT,
-        detail={
-            "result_commit_id": str(flipped.commit_id),
-            "result_digest": flipped.result_digest,
-            "unblocked": unblocked,
-        },
+        EventKind.RESULT_COMMITTED, **at.event_fields(holder=True, detail={**detail, "unblocked": unblocked})
     )
 
 

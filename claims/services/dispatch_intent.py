@@ -12,14 +12,14 @@ from django.db import transaction
 
 from .. import interleave
 from ..digest import digest
-from ..errors import ApprovalRequired, InvalidTransition, NotFound, PayloadConflict
+from ..errors import ApprovalRequired, InvalidTransition, PayloadConflict
 from ..models import Attempt, DispatchIntent, DispatchState, Effect, EventKind, Principal, ResourceKey
 from ..models import EffectState as E
 from . import _sql, ledger
 from ._base import NamespaceHold, enqueue
 from ._sql import writes_together
 from .authority import Acceptance
-from .effect_point import at_effect_point, authorise, task_of
+from .effect_point import Named, at_effect_point, at_named_effect, authorise
 from .effects import prepare_at
 from .resources import check_dispatch_resources, lock_keys
 
@@ -48,19 +48,9 @@ def effect_dispatch(
     ``inline``: the caller delivers it itself, now (``dispatch_apply`` records the reply): the intent is recorded
     already SENDING, and no job is started for it.
     """
-    task_id = task_of(effect_id)
-    with at_effect_point(
-        principal,
-        task_id,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
-        effect_id=effect_id,
-    ) as (at, effect):
+    named = Named(attempt_id, claim_generation, scheduler_epoch, owner_id)
+    with at_named_effect(principal, effect_id, named) as (at, effect):
         task = at.task
-        if effect is None:
-            raise NotFound("no such effect")
         keys: list[ResourceKey] = []
         if task.resources:  # the last lock of the order (after task and effect); the clock is read after it
             keys, db_now = lock_keys(sorted(task.resources), lock="FOR SHARE")

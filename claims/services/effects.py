@@ -22,7 +22,6 @@ from ..errors import (
     Forbidden,
     Invalid,
     InvalidTransition,
-    NotFound,
     NotUnknown,
     PayloadConflict,
 )
@@ -40,7 +39,7 @@ from ..models import (
 from . import ledger
 from ._base import audit, hold_task, task_current
 from .authority import Acceptance
-from .effect_point import at_effect_point, authorise, lock_effect, task_of
+from .effect_point import Named, at_effect_point, at_named_effect, authorise, lock_effect, task_of
 
 E = EffectState
 
@@ -241,19 +240,9 @@ def effect_record_outcome(
     """
     if state not in ledger.EVENT_FOR_STATE:
         raise Invalid({"state": ["Must be one of COMMITTED, UNKNOWN, FAILED."]})
-    task_id = task_of(effect_id)
-    with at_effect_point(
-        principal,
-        task_id,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
-        effect_id=effect_id,
-    ) as (at, effect):
+    named = Named(attempt_id, claim_generation, scheduler_epoch, owner_id)
+    with at_named_effect(principal, effect_id, named) as (at, effect):
         ns = at.ns
-        if effect is None:
-            raise NotFound("no such effect")
         _authorise_report(at, effect, principal=principal, owner_id=owner_id, attempt_id=attempt_id)
         if effect.state not in ledger.OUTCOME_FROM:
             raise InvalidTransition(
@@ -347,19 +336,9 @@ def effect_reconcile(
     if observed not in ("OCCURRED", "NOT_OCCURRED"):
         raise Invalid({"observed": ["Must be OCCURRED or NOT_OCCURRED."]})
     reason = _reason_for(principal, observed, reason)
-    task_id = task_of(effect_id)
-    with at_effect_point(
-        principal,
-        task_id,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
-        effect_id=effect_id,
-    ) as (at, effect):
+    named = Named(attempt_id, claim_generation, scheduler_epoch, owner_id)
+    with at_named_effect(principal, effect_id, named) as (at, effect):
         ns = at.ns
-        if effect is None:
-            raise NotFound("no such effect")
         if principal.role == Role.WORKER:
             authorise(at)
         if effect.state != E.UNKNOWN:

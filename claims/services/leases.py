@@ -77,16 +77,7 @@ def task_renew(
             ),
             event_statement(
                 EventKind.RENEWED,
-                namespace_id=ns.id,
-                task_id=task_id,
-                at=ns.now,
-                principal=principal,
-                attempt_id=attempt_id,
-                claim_generation=claim_generation,
-                scheduler_epoch=ns.scheduler_epoch,
-                owner_id=owner_id,
-                point=AcceptancePoint.RENEW,
-                detail={"lease_expires_at": task.lease_expires_at.isoformat()},
+                **at.event_fields(detail={"lease_expires_at": task.lease_expires_at.isoformat()}),
             ),
         )
         settle(AcceptancePoint.RENEW, ns, task)
@@ -141,18 +132,7 @@ def task_release(
                 "updated_at",
             ]
         )
-        append_event(
-            EventKind.RELEASED,
-            namespace_id=ns.id,
-            task_id=task_id,
-            at=ns.now,
-            principal=principal,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            scheduler_epoch=ns.scheduler_epoch,
-            owner_id=owner_id,
-            point=AcceptancePoint.RELEASE,
-        )
+        append_event(EventKind.RELEASED, **at.event_fields())
         wakeups.claimable(ns.name, nodes=[task.node_id])
         wakeups.keys_freed(task.resources)
         settle(AcceptancePoint.RELEASE, ns, task)
