@@ -36,38 +36,31 @@ Retries (``retries=3`` by default), only where sending again cannot do harm:
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
 import httpx
 
 from .digest import digest
-from .errors import (
-    BY_STATUS,
-    ClaimError,
-    ClaimRejected,
-)
-from .outcomes import BY_OUTCOME, ApprovalRequired, Cancelled, Expired, Fenced
+from .errors import BY_STATUS, ClaimError, ClaimRejected
+from .lease import Lease
+from .outcomes import BY_OUTCOME, ApprovalRequired
+from .values import Claim, Committed, EffectFailed, EffectResult, EffectTicket, EffectUnknown
 
-# --- errors ------------------------------------------------------------------------------------------
-
-
-class EffectUnknown(Exception):
-    """The external call timed out (or its reply was lost): recorded UNKNOWN. Reconcile before calling again."""
-
-    def __init__(self, effect_id: str, cause: BaseException):
-        super().__init__(f"effect {effect_id} outcome unknown: {cause!r}")
-        self.effect_id = effect_id
-        self.__cause__ = cause
-
-
-class EffectFailed(Exception):
-    """Raise it from ``call`` for a definite refusal by the target: recorded FAILED, safe to retry later."""
+__all__ = [
+    "Claim",
+    "Committed",
+    "ControlPlane",
+    "EffectFailed",
+    "EffectResult",
+    "EffectTicket",
+    "EffectUnknown",
+    "Lease",
+    "error_of",
+]
 
 
 def _error(response: httpx.Response) -> ClaimError:
@@ -91,56 +84,6 @@ def error_of(status: int, body: dict[str, Any]) -> ClaimError:
     if status == 409:
         return BY_OUTCOME.get(body.get("outcome", ""), ClaimRejected)(status, body)
     return BY_STATUS.get(status, ClaimError)(status, body)
-
-
-# --- values ------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Claim:
-    task_id: str
-    attempt_id: str
-    scheduler_epoch: int
-    claim_generation: int
-    cancel_generation: int
-    lease_expires_at: str
-    input_digest: str
-    state_version: int
-    input: Any
-    fences: dict[str, int]
-    _deadline: float = field(default=0.0, repr=False)  # local monotonic time the lease surely ends by
-
-    def remaining(self) -> float:
-        """Seconds of lease left, measured from before the request that granted or renewed it (so never more than
-        the server's), by this process's monotonic clock — independent of wall-clock skew."""
-        return max(0.0, self._deadline - time.monotonic())
-
-
-@dataclass(frozen=True)
-class Committed:
-    result_commit_id: str
-    unblocked: list[str]
-    staged_result_id: str | None = None  # the row an inline commit staged
-
-
-@dataclass(frozen=True)
-class EffectTicket:
-    outcome: str  # PREPARED | RECONCILE_REQUIRED | ALREADY_COMMITTED | APPROVAL_REQUIRED
-    effect_id: str
-    state: str
-    payload_digest: str
-
-    @property
-    def idempotency_key(self) -> str:
-        return self.effect_id
-
-
-@dataclass(frozen=True)
-class EffectResult:
-    effect_id: str
-    state: str  # COMMITTED (or the state an operator's approval is awaited in)
-    called: bool  # whether this call reached the target (False: already committed, or reconciled as OCCURRED)
-    value: Any = None
 
 
 # --- the client --------------------------------------------------------------------------------------
@@ -489,41 +432,3 @@ class ControlPlane:
             raise EffectUnknown(key, exc) from exc
         state = self.record_outcome(claim, key, "COMMITTED")
         return EffectResult(key, state, called=True, value=value)
-
-
-class Lease:
-    """A claim being held: ``remaining()``, ``check()``, and ``lost`` once renewing failed for good."""
-
-    def __init__(self, cp: ControlPlane, claim: Claim, *, extend_seconds: int, every: float):
-        self._cp, self.claim = cp, claim
-        self._extend, self._every = extend_seconds, every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"renew-{claim.task_id}", daemon=True)
-        self.lost: ClaimRejected | None = None
-        self.renewals = 0
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self._every + 5)
-
-    def remaining(self) -> float:
-        return 0.0 if self.lost else self.claim.remaining()
-
-    def check(self) -> None:
-        """Raise the loss (Fenced, Cancelled, Expired) if the lease is gone — call it before an expensive step."""
-        if self.lost is not None:
-            raise self.lost
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._every):
-            try:
-                self._cp.renew(self.claim, extend_seconds=self._extend)
-                self.renewals += 1
-            except (Fenced, Cancelled, Expired) as exc:
-                self.lost = exc  # stop renewing for good: this attempt is over
-                return
-            except (httpx.HTTPError, ClaimError):
-                continue  # a transient failure: try again while the lease lasts
