@@ -43,9 +43,9 @@ serve: $(BIN)/.runtime
 
 # Browser tests need Debian's chromium; scripts/install-browser.sh installs it when it can (root), otherwise those
 # tests are skipped with a message saying so.
-# The whole suite, then the core's and the on-call tools' tests again without the rollout app
-# (controlplane.settings.test_core): deleting rollout/ and its URL lines leaves a working claim.v1 service with its
-# on-call tools.
+# The whole suite, then the core's, the on-call tools' and the gateway's tests again with the rollout app uninstalled
+# (controlplane.settings.test_core leaves it out; tests/support/without_rollout.py makes it unimportable, for the
+# product and the tests alike): deleting rollout/ leaves a working claim.v1 service, its on-call tools and gateway.
 test: lint
 	-@scripts/install-browser.sh
 	-@scripts/install-node.sh
@@ -53,7 +53,8 @@ test: lint
 	-@scripts/install-mysql-client.sh
 	-@scripts/install-mcp-servers.sh
 	$(BIN)/pytest --durations=30
-	$(BIN)/pytest tests/claims tests/oncall --ds=controlplane.settings.test_core -p no:cacheprovider
+	$(BIN)/python -m pytest tests/claims tests/oncall tests/gateway --ds=controlplane.settings.test_core \
+		-p tests.support.without_rollout -p no:cacheprovider
 
 # The OpenAPI schema the clients are built from (clients/openapi.json; a test fails when it is stale).
 schema: $(BIN)/.runtime
