@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.exceptions import NotAuthenticated, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -178,10 +179,30 @@ class TaskEventsApi(APIView):
         return paginated(self, request, selectors.task_events(task_id=task_id), lambda e: s.EventOut(e).data)
 
 
-class TaskInputApi(APIView):
-    permission_classes = [IsOperator]
+class _TaskCall(APIView):
+    """One call on one task: its input parsed (``input``; None: no body), its service called with the principal and
+    the task, the service's value answered through ``body`` — None: the task as it now is, read again (an
+    operator's action) — with ``status`` 200 unless said."""
 
-    @extend_schema(
+    input: type[Serializer] | None
+    service: Callable[..., Any]
+    body: Callable[[Any], dict[str, Any]] | None = None
+    status = 200
+
+    def post(self, request: AuthedRequest, task_id: str) -> Response:
+        data = parsed(self.input, request) if self.input is not None else {}
+        value = type(self).service(principal=request.user, task_id=task_id, **data)
+        body = type(self).body
+        answer = body(value) if body is not None else task_body(selectors.task_get(task_id=task_id))
+        return Response(answer, status=self.status)
+
+
+def _staged_body(staged: Any) -> dict[str, Any]:
+    return s.StageOut({"outcome": "STAGED", "staged_result_id": staged.staged.pk}).data
+
+
+@extend_schema_view(
+    post=extend_schema(
         operation_id="task_revise_input",
         request=s.TaskInputIn,
         responses={200: s.TaskOut, **error_responses(400, 401, 403, 404, 409)},
@@ -189,50 +210,45 @@ class TaskInputApi(APIView):
         "with the old digest gets STALE_INPUT. COMMITTED or CANCELLED: 409 NOT_REVISABLE. The same input again "
         "changes nothing.",
     )
-    def post(self, request: AuthedRequest, task_id: str) -> Response:
-        data = parsed(s.TaskInputIn, request)
-        services.task_revise_input(principal=request.user, task_id=task_id, **data)
-        return Response(task_body(selectors.task_get(task_id=task_id)))
-
-
-class TaskCancelApi(APIView):
+)
+class TaskInputApi(_TaskCall):
     permission_classes = [IsOperator]
+    input, service = s.TaskInputIn, staticmethod(services.task_revise_input)
 
-    @extend_schema(
+
+@extend_schema_view(
+    post=extend_schema(
         operation_id="task_cancel",
         request=s.ReasonIn,
         responses={200: s.TaskOut, **error_responses(400, 401, 403, 404, 409)},
         description="cancel_generation+1, state CANCELLED, the current attempt ends. COMMITTED: 409 "
         "NOT_CANCELLABLE. Cancelling a CANCELLED task changes nothing.",
     )
-    def post(self, request: AuthedRequest, task_id: str) -> Response:
-        data = parsed(s.ReasonIn, request)
-        services.task_cancel(principal=request.user, task_id=task_id, **data)
-        return Response(task_body(selectors.task_get(task_id=task_id)))
-
-
-class TaskRequeueApi(APIView):
+)
+class TaskCancelApi(_TaskCall):
     permission_classes = [IsOperator]
+    input, service = s.ReasonIn, staticmethod(services.task_cancel)
 
-    @extend_schema(
+
+@extend_schema_view(
+    post=extend_schema(
         operation_id="task_requeue",
         request=None,
         responses={200: s.TaskOut, **error_responses(401, 403, 404, 409)},
         description="A CANCELLED task back to READY (BLOCKED while predecessors are uncommitted); "
         "cancel_generation stays. Any other state: 409 INVALID_TRANSITION.",
     )
-    def post(self, request: AuthedRequest, task_id: str) -> Response:
-        services.task_requeue(principal=request.user, task_id=task_id)
-        return Response(task_body(selectors.task_get(task_id=task_id)))
+)
+class TaskRequeueApi(_TaskCall):
+    permission_classes = [IsOperator]
+    input, service = None, staticmethod(services.task_requeue)
 
 
 # --- claims -------------------------------------------------------------------------------------------
 
 
-class TaskClaimApi(APIView):
-    permission_classes = [IsWorker]
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         operation_id="task_claim",
         request=s.ClaimIn,
         responses={200: s.ClaimOut, **error_responses(400, 401, 403, 404, 409)},
@@ -240,10 +256,10 @@ class TaskClaimApi(APIView):
         "409 in order: FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH, NOT_CLAIMABLE (STATE | LEASE_LIVE | "
         "RESOURCE_HELD). Of N concurrent claims exactly one gets 200.",
     )
-    def post(self, request: AuthedRequest, task_id: str) -> Response:
-        data = parsed(s.ClaimIn, request)
-        grant = services.task_claim(principal=request.user, task_id=task_id, **data)
-        return Response(claim_body(grant))
+)
+class TaskClaimApi(_TaskCall):
+    permission_classes = [IsWorker]
+    input, service, body = s.ClaimIn, staticmethod(services.task_claim), staticmethod(claim_body)
 
 
 class ClaimNextApi(APIView):
@@ -333,59 +349,54 @@ def release_grant(principal: Principal, owner_id: str, grant: dict[str, Any]) ->
     )
 
 
-class TaskRenewApi(APIView):
-    permission_classes = [IsWorker]
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         operation_id="task_renew",
         request=s.RenewIn,
         responses={200: s.RenewOut, **error_responses(400, 401, 403, 404, 409)},
         description="New expiry = server-now + extend_seconds (bounded by LEASE_MIN_SECONDS..LEASE_MAX_SECONDS). "
         "409 in order: CANCELLED, FENCED (EPOCH | GENERATION | ATTEMPT | OWNER), EXPIRED.",
     )
-    def post(self, request: AuthedRequest, task_id: str) -> Response:
-        data = parsed(s.RenewIn, request)
-        task = services.task_renew(principal=request.user, task_id=task_id, **data)
-        return Response(renew_body(task))
-
-
-class TaskReleaseApi(APIView):
+)
+class TaskRenewApi(_TaskCall):
     permission_classes = [IsWorker]
+    input, service, body = s.RenewIn, staticmethod(services.task_renew), staticmethod(renew_body)
 
-    @extend_schema(
+
+@extend_schema_view(
+    post=extend_schema(
         operation_id="task_release",
         request=s.ReleaseIn,
         responses={200: s.OutcomeOut, **error_responses(400, 401, 403, 404, 409)},
         description="Task back to READY; the attempt ends. 409 FENCED when the attempt is not current.",
     )
-    def post(self, request: AuthedRequest, task_id: str) -> Response:
-        data = parsed(s.ReleaseIn, request)
-        services.task_release(principal=request.user, task_id=task_id, **data)
-        return Response(release_body())
-
-
-class TaskResultsApi(APIView):
+)
+class TaskReleaseApi(_TaskCall):
     permission_classes = [IsWorker]
+    input, service, body = (
+        s.ReleaseIn,
+        staticmethod(services.task_release),
+        staticmethod(lambda task: release_body()),
+    )
 
-    @extend_schema(
+
+@extend_schema_view(
+    post=extend_schema(
         operation_id="result_stage",
         request=s.StageIn,
         responses={201: s.StageOut, **error_responses(400, 401, 403, 404, 409)},
         description="Stage a result, isolated. Any attempt of the task may stage, whatever the task's state. "
         "`result_digest` must be the digest of `result` (400). The same digest again returns the same record.",
     )
-    def post(self, request: AuthedRequest, task_id: str) -> Response:
-        data = parsed(s.StageIn, request)
-        staged = services.result_stage(principal=request.user, task_id=task_id, **data)
-        return Response(
-            s.StageOut({"outcome": "STAGED", "staged_result_id": staged.staged.pk}).data, status=201
-        )
-
-
-class TaskCommitApi(APIView):
+)
+class TaskResultsApi(_TaskCall):
     permission_classes = [IsWorker]
+    input, service, body = s.StageIn, staticmethod(services.result_stage), staticmethod(_staged_body)
+    status = 201
 
-    @extend_schema(
+
+@extend_schema_view(
+    post=extend_schema(
         operation_id="task_commit",
         request=s.CommitIn,
         responses={200: s.CommitOut, **error_responses(400, 401, 403, 404, 409)},
@@ -393,10 +404,10 @@ class TaskCommitApi(APIView):
         "CANCELLED; FENCED (EPOCH | GENERATION | ATTEMPT | LEASE_EXPIRED); STALE_INPUT; STALE_INPUT (RESOURCE); "
         "NOT_STAGED. `resources` must name exactly the task's resources (400).",
     )
-    def post(self, request: AuthedRequest, task_id: str) -> Response:
-        data = parsed(s.CommitIn, request)
-        committed = services.task_commit(principal=request.user, task_id=task_id, **data)
-        return Response(commit_body(committed))
+)
+class TaskCommitApi(_TaskCall):
+    permission_classes = [IsWorker]
+    input, service, body = s.CommitIn, staticmethod(services.task_commit), staticmethod(commit_body)
 
 
 def without_wait(data: dict[str, Any]) -> tuple[dict[str, Any], int]:
