@@ -179,22 +179,32 @@ class TaskEventsApi(APIView):
         return paginated(self, request, selectors.task_events(task_id=task_id), lambda e: s.EventOut(e).data)
 
 
-class _TaskCall(APIView):
-    """One call on one task: its input parsed (``input``; None: no body), its service called with the principal and
-    the task, the service's value answered through ``body`` — None: the task as it now is, read again (an
-    operator's action) — with ``status`` 200 unless said."""
+class ServiceCall(APIView):
+    """One call of one service: its input parsed (``input``; None: no body), the service called with the principal,
+    what the URL names (the task, the effect) and the input, and its value answered through ``body`` with
+    ``status`` (200 unless said)."""
 
     input: type[Serializer] | None
     service: Callable[..., Any]
-    body: Callable[[Any], dict[str, Any]] | None = None
+    body: Callable[[Any], dict[str, Any]]
     status = 200
 
-    def post(self, request: AuthedRequest, task_id: str) -> Response:
+    def post(self, request: AuthedRequest, **named: str) -> Response:
         data = parsed(self.input, request) if self.input is not None else {}
-        value = type(self).service(principal=request.user, task_id=task_id, **data)
-        body = type(self).body
-        answer = body(value) if body is not None else task_body(selectors.task_get(task_id=task_id))
-        return Response(answer, status=self.status)
+        value = type(self).service(principal=request.user, **named, **data)
+        return Response(self.answer(value, **named), status=self.status)
+
+    def answer(self, value: Any, **named: str) -> dict[str, Any]:
+        return type(self).body(value)
+
+
+class _OperatorTaskAction(ServiceCall):
+    """An operator's action on a task: answered with the task as it now is, read again."""
+
+    permission_classes = [IsOperator]
+
+    def answer(self, value: Any, **named: str) -> dict[str, Any]:
+        return task_body(selectors.task_get(task_id=named["task_id"]))
 
 
 def _staged_body(staged: Any) -> dict[str, Any]:
@@ -211,8 +221,7 @@ def _staged_body(staged: Any) -> dict[str, Any]:
         "changes nothing.",
     )
 )
-class TaskInputApi(_TaskCall):
-    permission_classes = [IsOperator]
+class TaskInputApi(_OperatorTaskAction):
     input, service = s.TaskInputIn, staticmethod(services.task_revise_input)
 
 
@@ -225,8 +234,7 @@ class TaskInputApi(_TaskCall):
         "NOT_CANCELLABLE. Cancelling a CANCELLED task changes nothing.",
     )
 )
-class TaskCancelApi(_TaskCall):
-    permission_classes = [IsOperator]
+class TaskCancelApi(_OperatorTaskAction):
     input, service = s.ReasonIn, staticmethod(services.task_cancel)
 
 
@@ -239,8 +247,7 @@ class TaskCancelApi(_TaskCall):
         "cancel_generation stays. Any other state: 409 INVALID_TRANSITION.",
     )
 )
-class TaskRequeueApi(_TaskCall):
-    permission_classes = [IsOperator]
+class TaskRequeueApi(_OperatorTaskAction):
     input, service = None, staticmethod(services.task_requeue)
 
 
@@ -257,7 +264,7 @@ class TaskRequeueApi(_TaskCall):
         "RESOURCE_HELD). Of N concurrent claims exactly one gets 200.",
     )
 )
-class TaskClaimApi(_TaskCall):
+class TaskClaimApi(ServiceCall):
     permission_classes = [IsWorker]
     input, service, body = s.ClaimIn, staticmethod(services.task_claim), staticmethod(claim_body)
 
@@ -358,7 +365,7 @@ def release_grant(principal: Principal, owner_id: str, grant: dict[str, Any]) ->
         "409 in order: CANCELLED, FENCED (EPOCH | GENERATION | ATTEMPT | OWNER), EXPIRED.",
     )
 )
-class TaskRenewApi(_TaskCall):
+class TaskRenewApi(ServiceCall):
     permission_classes = [IsWorker]
     input, service, body = s.RenewIn, staticmethod(services.task_renew), staticmethod(renew_body)
 
@@ -371,7 +378,7 @@ class TaskRenewApi(_TaskCall):
         description="Task back to READY; the attempt ends. 409 FENCED when the attempt is not current.",
     )
 )
-class TaskReleaseApi(_TaskCall):
+class TaskReleaseApi(ServiceCall):
     permission_classes = [IsWorker]
     input, service, body = (
         s.ReleaseIn,
@@ -389,7 +396,7 @@ class TaskReleaseApi(_TaskCall):
         "`result_digest` must be the digest of `result` (400). The same digest again returns the same record.",
     )
 )
-class TaskResultsApi(_TaskCall):
+class TaskResultsApi(ServiceCall):
     permission_classes = [IsWorker]
     input, service, body = s.StageIn, staticmethod(services.result_stage), staticmethod(_staged_body)
     status = 201
@@ -405,7 +412,7 @@ class TaskResultsApi(_TaskCall):
         "NOT_STAGED. `resources` must name exactly the task's resources (400).",
     )
 )
-class TaskCommitApi(_TaskCall):
+class TaskCommitApi(ServiceCall):
     permission_classes = [IsWorker]
     input, service, body = s.CommitIn, staticmethod(services.task_commit), staticmethod(commit_body)
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from . import effect_serializers as es
 from . import serializers as s
 from . import services
-from .apis import AuthedRequest, error_responses, parsed
+from .apis import AuthedRequest, ServiceCall, error_responses, parsed
 from .errors import NotFound
 from .models import Effect
 from .permissions import AnyRole, IsOperator, IsWorker, _RoleIn
@@ -79,26 +79,23 @@ class EffectDetailApi(APIView):
         return Response(body)
 
 
-class EffectApproveApi(APIView):
-    permission_classes = [IsOperator]
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         operation_id="effect_approve",
         request=es.EffectApproveIn,
         responses={200: s.OutcomeOut, **error_responses(400, 401, 403, 404, 409)},
         description="Approve a NON_REPLAYABLE effect (idempotent). 409 INVALID_TRANSITION for a COMMITTED effect or "
         "one of a REPLAYABLE task.",
     )
-    def post(self, request: AuthedRequest, effect_id: str) -> Response:
-        data = parsed(es.EffectApproveIn, request)
-        services.effect_approve(principal=request.user, effect_id=effect_id, **data)
-        return Response({"outcome": "APPROVED"})
+)
+class EffectApproveApi(ServiceCall):
+    permission_classes = [IsOperator]
+    input, service = es.EffectApproveIn, staticmethod(services.effect_approve)
+    body = staticmethod(lambda effect: {"outcome": "APPROVED"})
 
 
-class EffectOutcomeApi(APIView):
-    permission_classes = [IsWorker]
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         operation_id="effect_outcome",
         request=es.EffectOutcomeIn,
         responses={200: s.OutcomeOut, **error_responses(400, 401, 403, 404, 409)},
@@ -109,10 +106,11 @@ class EffectOutcomeApi(APIView):
         "operator reconciled it), an older attempt's report is 409 FENCED (ATTEMPT). While a dispatch of the effect "
         "is in flight its delivery records the outcome: a report is 409 INVALID_TRANSITION (DISPATCH_IN_FLIGHT).",
     )
-    def post(self, request: AuthedRequest, effect_id: str) -> Response:
-        data = parsed(es.EffectOutcomeIn, request)
-        effect = services.effect_record_outcome(principal=request.user, effect_id=effect_id, **data)
-        return Response({"outcome": "RECORDED", "state": effect.state})
+)
+class EffectOutcomeApi(ServiceCall):
+    permission_classes = [IsWorker]
+    input, service = es.EffectOutcomeIn, staticmethod(services.effect_record_outcome)
+    body = staticmethod(lambda effect: {"outcome": "RECORDED", "state": effect.state})
 
 
 class _WorkerOrOperator(_RoleIn):
@@ -140,10 +138,8 @@ class EffectReconcileApi(APIView):
         return Response({"outcome": "RECONCILED", "state": effect.state})
 
 
-class EffectDispatchApi(APIView):
-    permission_classes = [IsWorker]
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         operation_id="effect_dispatch",
         request=es.EffectDispatchIn,
         responses={
@@ -159,10 +155,12 @@ class EffectDispatchApi(APIView):
         "the payload with Idempotency-Key, X-Claim-Generation and X-Fence-Token headers. `target` must be "
         "http(s) on DISPATCH_ALLOWED_HOSTS (400). A repeat while the intent is in flight returns it.",
     )
-    def post(self, request: AuthedRequest, effect_id: str) -> Response:
-        data = parsed(es.EffectDispatchIn, request)
-        intent, _created = services.effect_dispatch(principal=request.user, effect_id=effect_id, **data)
-        return Response(s.DispatchRecordedOut({"dispatch_id": intent.pk}).data, status=201)
+)
+class EffectDispatchApi(ServiceCall):
+    permission_classes = [IsWorker]
+    input, service = es.EffectDispatchIn, staticmethod(services.effect_dispatch)
+    body = staticmethod(lambda recorded: s.DispatchRecordedOut({"dispatch_id": recorded[0].pk}).data)
+    status = 201
 
 
 def _resource_body(view: services.ResourceView) -> dict[str, Any]:
