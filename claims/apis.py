@@ -179,28 +179,30 @@ class TaskEventsApi(APIView):
         return paginated(self, request, selectors.task_events(task_id=task_id), lambda e: s.EventOut(e).data)
 
 
+# One call of one service: its input parsed (``input``; None: no body), the service called with the principal, what
+# the URL names (the task, the effect) and the input, and its value answered through ``body`` with ``status`` (200
+# unless said). Comments, not a docstring: drf-spectacular would show a base class's docstring as the description of
+# every endpoint built on it that gives none.
 class ServiceCall(APIView):
-    """One call of one service: its input parsed (``input``; None: no body), the service called with the principal,
-    what the URL names (the task, the effect) and the input, and its value answered through ``body`` with
-    ``status`` (200 unless said)."""
-
     input: type[Serializer] | None
     service: Callable[..., Any]
     body: Callable[[Any], dict[str, Any]]
     status = 200
+    # a URL name the service calls otherwise (the rollout's ``ns`` is its services' ``namespace``)
+    as_named: dict[str, str] = {}
 
     def post(self, request: AuthedRequest, **named: str) -> Response:
         data = parsed(self.input, request) if self.input is not None else {}
-        value = type(self).service(principal=request.user, **named, **data)
+        called = {self.as_named.get(name, name): value for name, value in named.items()}
+        value = type(self).service(principal=request.user, **called, **data)
         return Response(self.answer(value, **named), status=self.status)
 
     def answer(self, value: Any, **named: str) -> dict[str, Any]:
         return type(self).body(value)
 
 
+# An operator's action on a task: answered with the task as it now is, read again.
 class _OperatorTaskAction(ServiceCall):
-    """An operator's action on a task: answered with the task as it now is, read again."""
-
     permission_classes = [IsOperator]
 
     def answer(self, value: Any, **named: str) -> dict[str, Any]:

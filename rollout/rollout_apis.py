@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from claims.apis import AuthedRequest, error_responses, paginated, parsed
+from claims.apis import AuthedRequest, ServiceCall, error_responses, paginated, parsed
 from claims.permissions import AnyRole, IsOncall, IsOperator, IsReviewer, IsWorker
 from oncall.selectors import age_seconds
 
@@ -20,6 +20,8 @@ from . import serializers as s
 from .models import GateEvaluation, Rollback
 from .services import stages, workers
 from .services.reviews import explain_rule_create, mismatch_review
+
+_NS = {"ns": "namespace"}  # the URL's namespace, as the services name it
 
 
 def _gate(gate: stages.Gate | GateEvaluation) -> dict[str, Any]:
@@ -60,10 +62,8 @@ class RolloutApi(APIView):
         return Response(s.RolloutOut(body).data)
 
 
-class AdvanceApi(APIView):
-    permission_classes = [IsOperator]
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         operation_id="rollout_advance",
         request=s.AdvanceIn,
         responses={200: s.AdvancedOut, **error_responses(400, 401, 403, 404, 409)},
@@ -74,10 +74,13 @@ class AdvanceApi(APIView):
         "claims are paused is 409 CLAIMS_PAUSED (the import of live legacy claims would grant nothing). override "
         "(oncall, with a reason) moves anyway and is recorded as an override.",
     )
-    def post(self, request: AuthedRequest, ns: str) -> Response:
-        data = parsed(s.AdvanceIn, request)
-        stage, gate = stages.advance(principal=request.user, namespace=ns, **data)
-        return Response(s.AdvancedOut({"outcome": "ADVANCED", "stage": stage, "gate": _gate(gate)}).data)
+)
+class AdvanceApi(ServiceCall):
+    permission_classes = [IsOperator]
+    input, service, as_named = s.AdvanceIn, staticmethod(stages.advance), _NS
+    body = staticmethod(
+        lambda moved: s.AdvancedOut({"outcome": "ADVANCED", "stage": moved[0], "gate": _gate(moved[1])}).data
+    )
 
 
 class RollbackApi(APIView):
@@ -134,35 +137,32 @@ class MismatchListApi(APIView):
         return paginated(self, request, rows, lambda m: s.MismatchOut(m).data)
 
 
-class MismatchReviewApi(APIView):
-    permission_classes = [IsReviewer]
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         operation_id="mismatch_review",
         request=s.ReviewIn,
         responses={200: s.MismatchOut, **error_responses(400, 401, 403, 404, 409)},
         description="Mark a mismatch EXPLAINED (a note is required) or BUG. Reviewers, operators and oncall. A "
         "mismatch already in that status is 409 INVALID_TRANSITION (its review and note are kept).",
     )
-    def post(self, request: AuthedRequest, mismatch_id: int) -> Response:
-        data = parsed(s.ReviewIn, request)
-        return Response(
-            s.MismatchOut(mismatch_review(principal=request.user, mismatch_id=mismatch_id, **data)).data
-        )
-
-
-class ExplainRuleApi(APIView):
+)
+class MismatchReviewApi(ServiceCall):
     permission_classes = [IsReviewer]
+    input, service = s.ReviewIn, staticmethod(mismatch_review)
+    body = staticmethod(lambda mismatch: s.MismatchOut(mismatch).data)
 
-    @extend_schema(
+
+@extend_schema_view(
+    post=extend_schema(
         operation_id="explain_rule_create",
         request=s.ExplainRuleIn,
         responses={201: s.ExplainRuleOut, **error_responses(400, 401, 403, 404)},
     )
-    def post(self, request: AuthedRequest, ns: str) -> Response:
-        data = parsed(s.ExplainRuleIn, request)
-        rule = explain_rule_create(principal=request.user, namespace=ns, **data)
-        return Response(s.ExplainRuleOut(rule).data, status=201)
+)
+class ExplainRuleApi(ServiceCall):
+    permission_classes = [IsReviewer]
+    input, service, as_named = s.ExplainRuleIn, staticmethod(explain_rule_create), _NS
+    body, status = staticmethod(lambda rule: s.ExplainRuleOut(rule).data), 201
 
 
 class CoverageApi(APIView):
@@ -173,18 +173,17 @@ class CoverageApi(APIView):
         return Response(s.CoverageOut(selectors.coverage(selectors.namespace_or_404(ns))).data)
 
 
-class WaiveApi(APIView):
-    permission_classes = [IsOperator]
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         operation_id="coverage_waive",
         request=s.WaiveIn,
         responses={201: s.WaiverOut, **error_responses(400, 401, 403, 404)},
     )
-    def post(self, request: AuthedRequest, ns: str) -> Response:
-        data = parsed(s.WaiveIn, request)
-        waiver = stages.waive_coverage(principal=request.user, namespace=ns, **data)
-        return Response(s.WaiverOut(waiver).data, status=201)
+)
+class WaiveApi(ServiceCall):
+    permission_classes = [IsOperator]
+    input, service, as_named = s.WaiveIn, staticmethod(stages.waive_coverage), _NS
+    body, status = staticmethod(lambda waiver: s.WaiverOut(waiver).data), 201
 
 
 def _pool(request: Request) -> str:
