@@ -172,54 +172,39 @@ def _completed(ask: Ask, value: Any) -> LegacyAsk:
     )
 
 
-def _attempt_of(m: Mirrored) -> Attempt:
+def _as_attempt(m: Mirrored) -> tuple[Attempt, dict[str, Any]]:
+    """The owner's last attempt, and the fields every mirrored call names it by (its id and generation)."""
     if m.attempt is None:
         raise Fenced("claim.v1 granted this owner no attempt on the task", reason="ATTEMPT")
-    return m.attempt
+    attempt = m.attempt
+    named = {"principal": m.principal, "task_id": m.task_id, "attempt_id": attempt.attempt_id}
+    return attempt, {**named, "claim_generation": attempt.claim_generation}
 
 
 def _claim_mirrored(m: Mirrored) -> Any:
-    return core.task_claim(
-        principal=m.principal,
-        task_id=m.task_id,
-        owner_id=m.owner_id,
-        scheduler_epoch=m.scheduler_epoch,
-        ttl_seconds=m.ttl_seconds,
-    )
+    fields: dict[str, Any] = {
+        "owner_id": m.owner_id,
+        "scheduler_epoch": m.scheduler_epoch,
+        "ttl_seconds": m.ttl_seconds,
+    }
+    return core.task_claim(principal=m.principal, task_id=m.task_id, **fields)
 
 
 def _renew_mirrored(m: Mirrored) -> Any:
-    attempt = _attempt_of(m)
-    return core.task_renew(
-        principal=m.principal,
-        task_id=m.task_id,
-        attempt_id=attempt.attempt_id,
-        claim_generation=attempt.claim_generation,
-        owner_id=m.owner_id,
-        scheduler_epoch=attempt.scheduler_epoch,
-        cancel_generation=attempt.cancel_generation,
-        extend_seconds=m.ttl_seconds,
-    )
+    attempt, named = _as_attempt(m)
+    lease: dict[str, Any] = {"cancel_generation": attempt.cancel_generation, "extend_seconds": m.ttl_seconds}
+    return core.task_renew(**named, owner_id=m.owner_id, scheduler_epoch=attempt.scheduler_epoch, **lease)
 
 
 def _release_mirrored(m: Mirrored) -> Any:
-    attempt = _attempt_of(m)
-    return core.task_release(
-        principal=m.principal,
-        task_id=m.task_id,
-        attempt_id=attempt.attempt_id,
-        claim_generation=attempt.claim_generation,
-        owner_id=m.owner_id,
-        scheduler_epoch=attempt.scheduler_epoch,
-    )
+    attempt, named = _as_attempt(m)
+    return core.task_release(**named, owner_id=m.owner_id, scheduler_epoch=attempt.scheduler_epoch)
 
 
 def _commit_mirrored(m: Mirrored) -> Any:
     """Legacy's complete as claim.v1's commit of the owner's attempt, with the values current when it was granted.
     Staged first where legacy's API asked (a refused stage is the commit's to answer: it finds nothing staged)."""
-    attempt = _attempt_of(m)
-    named: dict[str, Any] = {"principal": m.principal, "task_id": m.task_id, "attempt_id": attempt.attempt_id}
-    named["claim_generation"] = attempt.claim_generation
+    attempt, named = _as_attempt(m)
     if m.staged:
         with suppress(ClaimError):
             core.result_stage(**named, result=m.result, result_digest=m.result_digest)
