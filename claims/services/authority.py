@@ -160,39 +160,32 @@ class Acceptance:
             raise refusal(detail, reason=reason, current=self.current)
 
 
+@dataclass(frozen=True)
+class Named:
+    """What a request names at an acceptance point: the attempt and its generation, the epoch it carries, the owner
+    (each None where the request names none: a claim names no attempt)."""
+
+    attempt_id: Any = None
+    claim_generation: int | None = None
+    scheduler_epoch: int | None = None
+    owner_id: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "attempt_id": self.attempt_id,
+            "claim_generation": self.claim_generation,
+            "scheduler_epoch": self.scheduler_epoch,
+            "owner_id": self.owner_id,
+        }
+
+
 @contextmanager
-def acceptance_point(
-    point: str,
-    *,
-    principal: Principal,
-    task_id: str,
-    attempt_id: Any = None,
-    claim_generation: int | None = None,
-    scheduler_epoch: int | None = None,
-    owner_id: str | None = None,
-) -> Iterator[Acceptance]:
+def acceptance_point(point: str, *, principal: Principal, task_id: str, named: Named) -> Iterator[Acceptance]:
     """One request at ``point`` on ``task_id``: logged if refused, one transaction, the task row and its
     namespace held and the clock read after them. The block's checks are the caller's, in its endpoint's order."""
-    log = RejectionLog(
-        point,
-        principal=principal,
-        task_id=task_id,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
-    )
+    log = RejectionLog(point, principal=principal, task_id=task_id, **named.fields())
     with log, transaction.atomic(durable=True):
         ns, task = hold_task(task_id)
         log.namespace_id = ns.id
         run_guard(point, ns)
-        yield Acceptance(
-            principal=principal,
-            ns=ns,
-            task=task,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            scheduler_epoch=scheduler_epoch,
-            owner_id=owner_id,
-            point=point,
-        )
+        yield Acceptance(principal=principal, ns=ns, task=task, **named.fields(), point=point)

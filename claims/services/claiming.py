@@ -16,7 +16,7 @@ from ..models import AcceptancePoint, Attempt, AttemptEnd, EventKind, Principal,
 from ..states import check_transition
 from . import _sql, statements
 from ._base import NamespaceHold, RejectionLog, event_statement, hold_namespace, run_guard, settle
-from .authority import acceptance_point, require_epoch_and_pause, require_owner
+from .authority import Named, acceptance_point, require_epoch_and_pause, require_owner
 from .resources import KeysForClaims
 
 
@@ -117,13 +117,8 @@ def task_claim(
        tokens — the writes in one round trip.
     """
     check_lease_seconds("ttl_seconds", ttl_seconds)
-    with acceptance_point(
-        AcceptancePoint.CLAIM,
-        principal=principal,
-        task_id=task_id,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
-    ) as at:
+    named = Named(scheduler_epoch=scheduler_epoch, owner_id=owner_id)
+    with acceptance_point(AcceptancePoint.CLAIM, principal=principal, task_id=task_id, named=named) as at:
         ns, task = at.ns, at.task
         at.require_owner()
         at.require_epoch_and_pause()

@@ -31,7 +31,7 @@ from ..models import (
 from ..states import check_transition
 from . import _sql, statements, wakeups
 from ._base import NamespaceHold, event_values, new_event, settle
-from .authority import Acceptance, acceptance_point
+from .authority import Acceptance, Named, acceptance_point
 from .resources import bump_revisions, check_commit_resources, lock_commit_resources
 from .staging import staged_event
 
@@ -78,15 +78,8 @@ def task_commit(
     Then: the staged row becomes canonical (a partial unique index allows one per task), the task COMMITTED,
     the attempt ends, and successors whose predecessors are now all committed become READY.
     """
-    with acceptance_point(
-        AcceptancePoint.COMMIT,
-        principal=principal,
-        task_id=task_id,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=principal.owner_id,
-    ) as at:
+    named = Named(attempt_id, claim_generation, scheduler_epoch, principal.owner_id)
+    with acceptance_point(AcceptancePoint.COMMIT, principal=principal, task_id=task_id, named=named) as at:
         task = at.task
         check_resources_named(task, resources)
         at.resolve_attempt()

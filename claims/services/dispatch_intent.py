@@ -18,8 +18,8 @@ from ..models import EffectState as E
 from . import _sql, ledger
 from ._base import NamespaceHold, enqueue
 from ._sql import writes_together
-from .authority import Acceptance
-from .effect_point import Named, at_effect_point, at_named_effect, authorise
+from .authority import Acceptance, Named
+from .effect_point import at_effect_point, at_named_effect, authorise
 from .effects import prepare_at
 from .resources import check_dispatch_resources, lock_keys
 
@@ -212,10 +212,7 @@ def effect_prepare_dispatch(
         at_effect_point(
             principal,
             task_id,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            scheduler_epoch=scheduler_epoch,
-            owner_id=owner_id,
+            Named(attempt_id, claim_generation, scheduler_epoch, owner_id),
             effect_slot=effect_slot,
         ) as (at, existing),
         writes_together(),

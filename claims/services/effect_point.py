@@ -6,25 +6,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
 
 from ..digest import effect_id as make_effect_id
 from ..errors import NotFound
 from ..models import AcceptancePoint, Effect, Principal
 from ._base import locked_rows
-from .authority import Acceptance, acceptance_point
+from .authority import Acceptance, Named, acceptance_point
 
 
 @contextmanager
 def at_effect_point(
     principal: Principal,
     task_id: str,
+    named: Named,
     *,
-    attempt_id: Any,
-    claim_generation: int | None,
-    scheduler_epoch: int | None,
-    owner_id: str | None,
     effect_id: str | None = None,
     effect_slot: str = "",
 ) -> Iterator[tuple[Acceptance, Effect | None]]:
@@ -32,29 +27,11 @@ def at_effect_point(
     the documented order, the task row with its namespace and then the effect row (named, or the slot's) — and
     the clock read after both. The caller authorises (``authorise``) once every lock it needs is held, so
     authority is judged on what the locks keep still."""
-    with acceptance_point(
-        AcceptancePoint.EFFECT,
-        principal=principal,
-        task_id=task_id,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
-    ) as at:
+    with acceptance_point(AcceptancePoint.EFFECT, principal=principal, task_id=task_id, named=named) as at:
         eid = effect_id or make_effect_id(at.task.task_id, at.task.node_id, effect_slot)
         rows, db_now = locked_rows(Effect, "effect_id = %s", [eid], order="effect_id", lock="FOR UPDATE")
         at.after(db_now)
         yield at, rows[0] if rows else None
-
-
-@dataclass(frozen=True)
-class Named:
-    """What names an attempt in an effect call: the attempt and generation, the epoch carried, the owner."""
-
-    attempt_id: Any
-    claim_generation: int | None
-    scheduler_epoch: int | None
-    owner_id: str | None
 
 
 @contextmanager
@@ -63,15 +40,7 @@ def at_named_effect(
 ) -> Iterator[tuple[Acceptance, Effect]]:
     """An effect call on an effect named by its id (dispatch, outcome, reconcile): its task found, then
     ``at_effect_point``'s locks; 404 when there is no such effect."""
-    with at_effect_point(
-        principal,
-        task_of(effect_id),
-        attempt_id=named.attempt_id,
-        claim_generation=named.claim_generation,
-        scheduler_epoch=named.scheduler_epoch,
-        owner_id=named.owner_id,
-        effect_id=effect_id,
-    ) as (at, effect):
+    with at_effect_point(principal, task_of(effect_id), named, effect_id=effect_id) as (at, effect):
         if effect is None:
             raise NotFound("no such effect")
         yield at, effect

@@ -38,8 +38,8 @@ from ..models import (
 )
 from . import ledger
 from ._base import audit, hold_task, task_current
-from .authority import Acceptance
-from .effect_point import Named, at_effect_point, at_named_effect, authorise, lock_effect, task_of
+from .authority import Acceptance, Named
+from .effect_point import at_effect_point, at_named_effect, authorise, lock_effect, task_of
 
 E = EffectState
 
@@ -90,10 +90,7 @@ def effect_prepare(
     with at_effect_point(
         principal,
         task_id,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
+        Named(attempt_id, claim_generation, scheduler_epoch, owner_id),
         effect_slot=effect_slot,
     ) as (at, existing):
         effect, outcome = prepare_at(

@@ -25,7 +25,7 @@ from ..models import (
 from ..states import check_transition
 from . import _sql, wakeups
 from ._base import append_event, event_statement, new_event, settle
-from .authority import acceptance_point
+from .authority import Named, acceptance_point
 from .claiming import check_lease_seconds
 from .resources import check_renew_resources, lock_keys
 
@@ -47,15 +47,8 @@ def task_renew(
     expired lease is never revived, even when nobody has reclaimed the task yet: the owner must claim again.
     """
     check_lease_seconds("extend_seconds", extend_seconds)
-    with acceptance_point(
-        AcceptancePoint.RENEW,
-        principal=principal,
-        task_id=task_id,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
-    ) as at:
+    named = Named(attempt_id, claim_generation, scheduler_epoch, owner_id)
+    with acceptance_point(AcceptancePoint.RENEW, principal=principal, task_id=task_id, named=named) as at:
         task = at.task
         at.require_owner()
         at.resolve_attempt()
@@ -98,15 +91,8 @@ def task_release(
     Conditional on naming the current attempt (FENCED otherwise), so a stale release never removes a newer
     owner's claim. Releasing after one's own lease expired, with nobody else holding the task, is allowed.
     """
-    with acceptance_point(
-        AcceptancePoint.RELEASE,
-        principal=principal,
-        task_id=task_id,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=scheduler_epoch,
-        owner_id=owner_id,
-    ) as at:
+    named = Named(attempt_id, claim_generation, scheduler_epoch, owner_id)
+    with acceptance_point(AcceptancePoint.RELEASE, principal=principal, task_id=task_id, named=named) as at:
         ns, task = at.ns, at.task
         at.require_owner()
         at.resolve_attempt()
