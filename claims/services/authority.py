@@ -28,8 +28,9 @@ from typing import Any
 from django.db import transaction
 
 from ..errors import Cancelled, ClaimsPaused, Conflict, Fenced, Forbidden
-from ..models import Attempt, Principal, Task, TaskState
+from ..models import Attempt, Principal, ResourceKey, Task, TaskState
 from ._base import NamespaceHold, RejectionLog, hold_task, run_guard, task_current
+from .resources import lock_keys
 
 
 def require_owner(principal: Principal, owner_id: str) -> None:
@@ -109,6 +110,15 @@ class Acceptance:
     def current(self) -> dict[str, Any]:
         """The authoritative values a client needs after a 409 (claim-v1.md §2)."""
         return task_current(self.task, self.ns)
+
+    def hold_keys(self) -> list[ResourceKey]:
+        """The task's resource keys FOR SHARE, in key order — the last lock of the order (after the task, and the
+        effect where there is one) — and the clock read again after them."""
+        if not self.task.resources:
+            return []
+        keys, db_now = lock_keys(sorted(self.task.resources), lock="FOR SHARE")
+        self.after(db_now)
+        return keys
 
     def after(self, db_now: Any) -> None:
         """A further lock was taken (resource keys, an effect row): judge on the clock read after it."""

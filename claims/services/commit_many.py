@@ -13,7 +13,7 @@ from ..errors import ClaimError, Conflict, NotFound, NotStaged
 from ..models import AcceptancePoint, Principal, Task, TaskEvent
 from . import _sql
 from ._base import NamespaceHold, RejectionLog, hold_tasks, run_guard, settle
-from .authority import Acceptance
+from .authority import Acceptance, Named
 from .committing import (
     NO_RESULT,
     Committed,
@@ -54,16 +54,8 @@ def task_commit_many(
             ns, task = held[task_id]
             if counts[task_id] > 1 or task.resources or task.has_successors:
                 continue
-            at = Acceptance(
-                principal=principal,
-                ns=ns,
-                task=task,
-                attempt_id=data["attempt_id"],
-                claim_generation=data["claim_generation"],
-                scheduler_epoch=data["scheduler_epoch"],
-                owner_id=principal.owner_id,
-                point=AcceptancePoint.COMMIT,
-            )
+            named = _named(principal, data).fields()
+            at = Acceptance(principal=principal, ns=ns, task=task, **named, point=AcceptancePoint.COMMIT)
             try:
                 check_resources_named(task, data.get("resources"))
                 at.resolve_attempt()
@@ -120,15 +112,14 @@ def _of_namespace(
     }
 
 
+def _named(principal: Principal, data: dict[str, Any]) -> Named:
+    """What an item names, as its single commit would (the owner is the caller)."""
+    return Named(data["attempt_id"], data["claim_generation"], data["scheduler_epoch"], principal.owner_id)
+
+
 def _commit_log(principal: Principal, task_id: str, data: dict[str, Any], ns: NamespaceHold) -> RejectionLog:
     log = RejectionLog(
-        AcceptancePoint.COMMIT,
-        principal=principal,
-        task_id=task_id,
-        attempt_id=data["attempt_id"],
-        claim_generation=data["claim_generation"],
-        scheduler_epoch=data["scheduler_epoch"],
-        owner_id=principal.owner_id,
+        AcceptancePoint.COMMIT, principal=principal, task_id=task_id, **_named(principal, data).fields()
     )
     log.namespace_id = ns.id
     return log

@@ -21,7 +21,7 @@ from ._sql import writes_together
 from .authority import Acceptance, Named
 from .effect_point import at_effect_point, at_named_effect, authorise
 from .effects import prepare_at
-from .resources import check_dispatch_resources, lock_keys
+from .resources import check_dispatch_resources
 
 
 def effect_dispatch(
@@ -50,11 +50,7 @@ def effect_dispatch(
     """
     named = Named(attempt_id, claim_generation, scheduler_epoch, owner_id)
     with at_named_effect(principal, effect_id, named) as (at, effect):
-        task = at.task
-        keys: list[ResourceKey] = []
-        if task.resources:  # the last lock of the order (after task and effect); the clock is read after it
-            keys, db_now = lock_keys(sorted(task.resources), lock="FOR SHARE")
-            at.after(db_now)
+        keys = at.hold_keys()
         authorise(at)
         return _record_intent(
             at,
@@ -217,10 +213,7 @@ def effect_prepare_dispatch(
         ) as (at, existing),
         writes_together(),
     ):  # reads and checks first; the writes leave at the end, at once
-        keys: list[ResourceKey] = []
-        if at.task.resources:
-            keys, db_now = lock_keys(sorted(at.task.resources), lock="FOR SHARE")
-            at.after(db_now)
+        keys = at.hold_keys()
         effect, outcome = prepare_at(
             at,
             existing,

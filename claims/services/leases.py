@@ -17,7 +17,6 @@ from ..models import (
     AttemptEnd,
     EventKind,
     Principal,
-    ResourceKey,
     Task,
     TaskEvent,
     TaskState,
@@ -27,7 +26,7 @@ from . import _sql, wakeups
 from ._base import append_event, event_statement, new_event, settle
 from .authority import Named, acceptance_point
 from .claiming import check_lease_seconds
-from .resources import check_renew_resources, lock_keys
+from .resources import check_renew_resources
 
 
 def task_renew(
@@ -52,10 +51,7 @@ def task_renew(
         task = at.task
         at.require_owner()
         at.resolve_attempt()
-        keys: list[ResourceKey] = []
-        if task.resources:  # locked before anything is decided; the clock is read after them
-            keys, db_now = lock_keys(sorted(task.resources), lock="FOR SHARE")
-            at.after(db_now)
+        keys = at.hold_keys()  # locked before anything is decided; the clock is read after them
         at.require_not_cancelled(cancel_generation)
         at.require_current_attempt()
         at.require_live_lease(Expired, "the lease ran out: claim again")

@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-from .client import (
-    Claim,
-    Committed,
-    ControlPlane,
-    EffectFailed,
-    EffectResult,
-    EffectTicket,
-    EffectUnknown,
-    Lease,
-    error_of,
-)
+from .client import ControlPlane, error_of
 from .digest import digest
 from .errors import (
     ClaimError,
@@ -24,8 +14,10 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
+from .lease import Lease
 from .outcomes import *  # noqa: F403 - one exception class per outcome word
 from .outcomes import BY_OUTCOME
+from .values import Claim, Committed, EffectFailed, EffectResult, EffectTicket, EffectUnknown
 
 __version__ = "1.9.0"
 __all__ = [

@@ -50,18 +50,6 @@ from .lease import Lease
 from .outcomes import BY_OUTCOME, ApprovalRequired
 from .values import Claim, Committed, EffectFailed, EffectResult, EffectTicket, EffectUnknown
 
-__all__ = [
-    "Claim",
-    "Committed",
-    "ControlPlane",
-    "EffectFailed",
-    "EffectResult",
-    "EffectTicket",
-    "EffectUnknown",
-    "Lease",
-    "error_of",
-]
-
 
 def _error(response: httpx.Response) -> ClaimError:
     """The exception for a non-success answer: by outcome word for a 409, by status otherwise."""
