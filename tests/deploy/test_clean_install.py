@@ -17,6 +17,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -66,21 +67,35 @@ def wheel(tmp_path_factory) -> Path:
     return found
 
 
-@pytest.fixture(scope="module", params=_pythons(), ids=lambda p: Path(p).parent.parent.name)
-def clean_venv(request, tmp_path_factory, wheel) -> Path:
-    venv = tmp_path_factory.mktemp("venv")
-    subprocess.run([request.param, "-m", "venv", str(venv)], check=True)
+def _venv_with(python: str, venv: Path, wheel: Path) -> subprocess.CompletedProcess[str]:
+    subprocess.run([python, "-m", "venv", str(venv)], check=True)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["PATH"] = f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin"
-    done = subprocess.run(
+    return subprocess.run(
         [str(venv / "bin/python"), "-m", "pip", "install", "--quiet", str(wheel)],
         env=env,
         capture_output=True,
         text=True,
         timeout=600,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return venv
+
+
+@pytest.fixture(scope="module")
+def clean_venvs(tmp_path_factory, wheel) -> dict[str, Path]:
+    """A clean venv per Python with the wheel alone installed, made side by side (pip waits on the network and
+    the disk as much as on the CPU)."""
+    pythons = _pythons()
+    venvs = {python: tmp_path_factory.mktemp("venv") for python in pythons}
+    with ThreadPoolExecutor(max_workers=len(pythons)) as pool:
+        done = list(pool.map(lambda python: _venv_with(python, venvs[python], wheel), pythons))
+    for python, installed in zip(pythons, done, strict=True):
+        assert installed.returncode == 0, (python, installed.stderr[-3000:])
+    return venvs
+
+
+@pytest.fixture(scope="module", params=_pythons(), ids=lambda p: Path(p).parent.parent.name)
+def clean_venv(request, clean_venvs) -> Path:
+    return clean_venvs[request.param]
 
 
 @pytest.fixture
