@@ -52,17 +52,7 @@ def effect_dispatch(
     with at_named_effect(principal, effect_id, named) as (at, effect):
         keys = at.hold_keys()
         authorise(at)
-        return _record_intent(
-            at,
-            effect,
-            keys,
-            payload=payload,
-            target=target,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            owner_id=owner_id,
-            inline=inline,
-        )
+        return _record_intent(at, effect, keys, payload=payload, target=target, inline=inline)
 
 
 def _new_intent(
@@ -109,16 +99,16 @@ def _record_intent(
     *,
     payload: Any,
     target: str,
-    attempt_id: uuid.UUID,
-    claim_generation: int,
-    owner_id: str,
     inline: bool,
     fresh: bool = False,
 ) -> tuple[DispatchIntent, bool]:
-    """A dispatch's checks after authority and its records, inside the caller's acceptance point (its locks held):
-    the intent in flight if there is one; else the payload, state, approval and resource checks, then the intent,
-    the effect's ``dispatched_at`` and the ledger's entries — and, unless ``inline``, the delivery job on commit."""
+    """A dispatch's checks after authority and its records, inside the caller's acceptance point (its locks held;
+    the attempt, generation and owner the request named are the acceptance's): the intent in flight if there is
+    one; else the payload, state, approval and resource checks, then the intent, the effect's ``dispatched_at`` and
+    the ledger's entries — and, unless ``inline``, the delivery job on commit."""
     ns, principal = at.ns, at.principal
+    attempt_id, claim_generation, owner_id = at.attempt_id, at.claim_generation, at.owner_id
+    assert claim_generation is not None  # an effect call names its attempt's generation
     # An effect made in this transaction (``fresh``) has no intent yet: nothing to look for.
     in_flight = (
         None
@@ -227,16 +217,7 @@ def effect_prepare_dispatch(
                 also(effect)
             return PreparedDispatch(effect, outcome, existing is None, None, False)
         intent, recorded = _record_intent(
-            at,
-            effect,
-            keys,
-            payload=payload,
-            target=target,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            owner_id=owner_id,
-            inline=inline,
-            fresh=existing is None,
+            at, effect, keys, payload=payload, target=target, inline=inline, fresh=existing is None
         )
         if also is not None and (existing is None or recorded):
             also(effect)
