@@ -42,11 +42,12 @@ class Input:
 
 
 @dataclass(frozen=True)
-class ClaimInput(Input):
+class _Claiming(Input):
+    """What every claim names: the owner, the epoch it carries, the lease it asks for."""
+
     owner_id: str
     scheduler_epoch: int
     ttl_seconds: int
-    expected_state_version: int | None = None
 
     def named_owner(self) -> str | None:
         return self.owner_id
@@ -56,19 +57,15 @@ class ClaimInput(Input):
 
 
 @dataclass(frozen=True)
-class ClaimNextInput(Input):
-    owner_id: str
-    scheduler_epoch: int
-    ttl_seconds: int
+class ClaimInput(_Claiming):
+    expected_state_version: int | None = None
+
+
+@dataclass(frozen=True)
+class ClaimNextInput(_Claiming):
     namespace: str = "default"
     node_ids: list[str] | None = None
     passed_over: list[str] | None = None
-
-    def named_owner(self) -> str | None:
-        return self.owner_id
-
-    def lease_seconds(self) -> int:
-        return self.ttl_seconds
 
 
 @dataclass(frozen=True)
@@ -82,30 +79,30 @@ class ClaimBatchInput(ClaimNextInput):
 
 
 @dataclass(frozen=True)
-class RenewInput(Input):
+class _OnAnAttempt(Input):
+    """What every call on a granted attempt names: the attempt, its generation, the owner, the epoch carried."""
+
     attempt_id: uuid.UUID
     claim_generation: int
     owner_id: str
     scheduler_epoch: int
-    cancel_generation: int
-    extend_seconds: int
 
     def named_owner(self) -> str | None:
         return self.owner_id
+
+
+@dataclass(frozen=True)
+class RenewInput(_OnAnAttempt):
+    cancel_generation: int
+    extend_seconds: int
 
     def lease_seconds(self) -> int:
         return self.extend_seconds
 
 
 @dataclass(frozen=True)
-class ReleaseInput(Input):
-    attempt_id: uuid.UUID
-    claim_generation: int
-    owner_id: str
-    scheduler_epoch: int
-
-    def named_owner(self) -> str | None:
-        return self.owner_id
+class ReleaseInput(_OnAnAttempt):
+    pass
 
 
 @dataclass(frozen=True)

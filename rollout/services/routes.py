@@ -76,22 +76,15 @@ def _items(task_id: str | None, data: CommitsInput, answers: Any) -> list[Decide
     return [(items[index][0], items[index][1], answer) for index, answer in sorted(answers.items())]
 
 
-CLAIM_ROUTE = Route(
-    "claim", ClaimInput, CLAIM,
-    lambda p, t, d: core.task_claim(principal=p, task_id=t, **d.kwargs()), _named,
-)  # fmt: skip
-RENEW_ROUTE = Route(
-    "renew", RenewInput, RENEW,
-    lambda p, t, d: core.task_renew(principal=p, task_id=t, **d.kwargs()), _named,
-)  # fmt: skip
-RELEASE_ROUTE = Route(
-    "release", ReleaseInput, RELEASE,
-    lambda p, t, d: core.task_release(principal=p, task_id=t, **d.kwargs()), _named,
-)  # fmt: skip
-COMMIT_ROUTE = Route(
-    "commit", CommitInput, COMMIT,
-    lambda p, t, d: core.task_commit(principal=p, task_id=t, **d.kwargs()), _named,
-)  # fmt: skip
+def _on_one_task(name: str, input: type[In], each: TaskOperation, service: Callable[..., Any]) -> Route[In]:
+    """An endpoint on the task its URL names: the core's service called with it."""
+    return Route(name, input, each, lambda p, t, d: service(principal=p, task_id=t, **d.kwargs()), _named)
+
+
+CLAIM_ROUTE = _on_one_task("claim", ClaimInput, CLAIM, core.task_claim)
+RENEW_ROUTE = _on_one_task("renew", RenewInput, RENEW, core.task_renew)
+RELEASE_ROUTE = _on_one_task("release", ReleaseInput, RELEASE, core.task_release)
+COMMIT_ROUTE = _on_one_task("commit", CommitInput, COMMIT, core.task_commit)
 CLAIM_NEXT_ROUTE = Route(
     "claim_next", ClaimNextInput, CLAIM,
     lambda p, t, d: core.task_claim_next(principal=p, **d.kwargs()), _grants, shape=Shape.NEXT,
