@@ -107,7 +107,7 @@ def _record_intent(
     one; else the payload, state, approval and resource checks, then the intent, the effect's ``dispatched_at`` and
     the ledger's entries — and, unless ``inline``, the delivery job on commit."""
     ns, principal = at.ns, at.principal
-    attempt_id, claim_generation, owner_id = at.attempt_id, at.claim_generation, at.owner_id
+    attempt_id, claim_generation = at.attempt_id, at.claim_generation
     assert claim_generation is not None  # an effect call names its attempt's generation
     # An effect made in this transaction (``fresh``) has no intent yet: nothing to look for.
     in_flight = (
@@ -150,16 +150,7 @@ def _record_intent(
         claim_generation=claim_generation,
         detail={"dispatch_id": str(intent.pk), "target": target},
     )
-    ledger.task_event(
-        EventKind.DISPATCH_RECORDED,
-        effect,
-        ns,
-        principal,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        owner_id=owner_id,
-        detail={"dispatch_id": str(intent.pk)},
-    )
+    ledger.event_at(EventKind.DISPATCH_RECORDED, effect, at, detail={"dispatch_id": str(intent.pk)})
     if not inline:
         transaction.on_commit(lambda: enqueue("claims.deliver_dispatch", str(intent.pk)))
     return intent, True

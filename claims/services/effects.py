@@ -130,16 +130,7 @@ def prepare_at(
         dispatching=dispatching,
     )
     outcome = next_step(effect)
-    ledger.task_event(
-        EventKind.EFFECT_PREPARED,
-        effect,
-        at.ns,
-        at.principal,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        owner_id=at.owner_id,
-        detail={"outcome": outcome},
-    )
+    ledger.event_at(EventKind.EFFECT_PREPARED, effect, at, detail={"outcome": outcome})
     return effect, outcome
 
 
@@ -263,15 +254,7 @@ def effect_record_outcome(
             claim_generation=claim_generation,
             external_ref=external_ref,
         )
-        ledger.task_event(
-            ledger.EVENT_FOR_STATE[state],
-            effect,
-            ns,
-            principal,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            owner_id=owner_id,
-        )
+        ledger.event_at(ledger.EVENT_FOR_STATE[state], effect, at)
     return effect
 
 
@@ -355,18 +338,9 @@ def effect_reconcile(
             external_ref=external_ref,
             detail={"observed": observed},
         )
-        ledger.task_event(
-            EventKind.EFFECT_RECONCILED,
-            effect,
-            ns,
-            principal,
-            attempt_id=attempt_id,
-            claim_generation=claim_generation,
-            owner_id=owner_id,
-            detail={"observed": observed},
-            # An operator's reconcile is not worker traffic: audited, not counted at the acceptance point.
-            point=principal.role == Role.WORKER,
-        )
+        # An operator's reconcile is not worker traffic: audited, not counted at the acceptance point.
+        worker = principal.role == Role.WORKER
+        ledger.event_at(EventKind.EFFECT_RECONCILED, effect, at, point=worker, detail={"observed": observed})
         if principal.role != Role.WORKER:
             audit(
                 principal=principal,

@@ -10,11 +10,14 @@ The states: PREPARED → COMMITTED | FAILED | UNKNOWN; UNKNOWN → PREPARED (rec
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..models import AcceptancePoint, Effect, EffectEvent, EffectState, EventKind, Principal
 from . import _sql
 from ._base import NamespaceHold, append_event
+
+if TYPE_CHECKING:
+    from .authority import Acceptance
 
 E = EffectState
 
@@ -92,6 +95,24 @@ def task_event(
             "state": effect.state,
             **(detail or {}),
         },
+    )
+
+
+def event_at(
+    kind: EventKind, effect: Effect, at: Acceptance, *, point: bool = True, detail: dict | None = None
+) -> None:
+    """The effect's timeline row for a request at its acceptance point, naming what the request named (its
+    attempt, generation and owner)."""
+    task_event(
+        kind,
+        effect,
+        at.ns,
+        at.principal,
+        attempt_id=at.attempt_id,
+        claim_generation=at.claim_generation,
+        owner_id=at.owner_id,
+        point=point,
+        detail=detail,
     )
 
 
