@@ -354,3 +354,14 @@ def enqueue(job: str, *args: Any) -> None:
     a service names the job instead of importing it. The registered task itself, so an eager configuration runs
     it in place and a worker receives it otherwise."""
     current_app.tasks[job].delay(*args)
+
+
+def task_let_go(task: Task, state: str, now: datetime, *also: str) -> None:
+    """The task leaves its holder, inside the caller's transaction: ``state``, a new state_version, no attempt,
+    owner or lease — saved with ``also``, the fields the caller changed too."""
+    task.state = state
+    task.state_version += 1
+    task.attempt_id = task.owner_id = task.lease_expires_at = None
+    task.updated_at = now
+    fields = ["state", *also, "state_version", "attempt_id", "owner_id", "lease_expires_at", "updated_at"]
+    task.save(update_fields=fields)

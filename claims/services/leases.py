@@ -23,7 +23,7 @@ from ..models import (
 )
 from ..states import check_transition
 from . import _sql, wakeups
-from ._base import append_event, event_statement, new_event, settle
+from ._base import append_event, event_statement, new_event, settle, task_let_go
 from .authority import Named, acceptance_point
 from .claiming import check_lease_seconds
 from .resources import check_renew_resources
@@ -100,20 +100,7 @@ def task_release(
             ended_at=ns.now,
             end_reason=AttemptEnd.RELEASED,
         )
-        task.state = TaskState.READY
-        task.state_version += 1
-        task.attempt_id = task.owner_id = task.lease_expires_at = None
-        task.updated_at = ns.now
-        task.save(
-            update_fields=[
-                "state",
-                "state_version",
-                "attempt_id",
-                "owner_id",
-                "lease_expires_at",
-                "updated_at",
-            ]
-        )
+        task_let_go(task, TaskState.READY, ns.now)
         append_event(EventKind.RELEASED, **at.event_fields())
         wakeups.claimable(ns.name, nodes=[task.node_id])
         wakeups.keys_freed(task.resources)

@@ -26,7 +26,16 @@ from ..models import (
 )
 from ..states import check_transition
 from . import _sql, statements, wakeups
-from ._base import NamespaceHold, append_event, audit, event_values, hold_namespace, hold_task, task_current
+from ._base import (
+    NamespaceHold,
+    append_event,
+    audit,
+    event_values,
+    hold_namespace,
+    hold_task,
+    task_current,
+    task_let_go,
+)
 from .resources import resources_exist
 
 
@@ -295,22 +304,8 @@ def task_cancel(*, principal: Principal, task_id: str, reason: str) -> Task:
         _end_current_attempt(task, reason=AttemptEnd.CANCELLED, at=ns.now)
         if task.attempt_id is not None and task.resources:
             wakeups.keys_freed(task.resources)
-        task.state = TaskState.CANCELLED
         task.cancel_generation += 1
-        task.state_version += 1
-        task.attempt_id = task.owner_id = task.lease_expires_at = None
-        task.updated_at = ns.now
-        task.save(
-            update_fields=[
-                "state",
-                "cancel_generation",
-                "state_version",
-                "attempt_id",
-                "owner_id",
-                "lease_expires_at",
-                "updated_at",
-            ]
-        )
+        task_let_go(task, TaskState.CANCELLED, ns.now, "cancel_generation")
         append_event(
             EventKind.CANCELLED,
             namespace_id=ns.id,
