@@ -14,7 +14,7 @@ class ClaimsConfig(AppConfig):
             job_signals,
             metrics,
             schema,
-            tasks,  # noqa: F401  (registers the jobs a service sends by name: services.dispatch_intent.enqueue)
+            tasks,  # noqa: F401  (registers the jobs a service sends by name: services.enqueue)
         )
 
         metrics.register()

@@ -12,3 +12,6 @@ class OncallConfig(AppConfig):
     name = "oncall"
     verbose_name = "on-call tools"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import tasks  # noqa: F401 - registers the jobs its services send by name (services.enqueue)

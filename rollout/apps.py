@@ -16,7 +16,7 @@ class RolloutConfig(AppConfig):
         from . import (  # noqa: F401 - extensions registers what the on-call tools show of it
             extensions,
             metrics,
-            tasks,  # noqa: F401 - registers the jobs a service sends by name (dispatch_intent.enqueue)
+            tasks,  # noqa: F401 - registers the jobs a service sends by name (claims.services.enqueue)
         )
         from .services import retention  # noqa: F401 - registers the tasks the core's retention must keep
 
