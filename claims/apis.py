@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.exceptions import NotAuthenticated, PermissionDenied
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 else:
     AuthedRequest = Request
 
+_Call = TypeVar("_Call", bound="ServiceCall")
+
 
 def error_responses(*codes: int) -> dict[int, Any]:
     table = {
@@ -50,6 +52,29 @@ def error_responses(*codes: int) -> dict[int, Any]:
         ),
     }
     return {code: table[code] for code in codes}
+
+
+REFUSALS = (400, 401, 403, 404, 409)  # what a write on a named task or namespace can be refused with
+
+
+def operation(operation_id: str, answers: Any, errors: tuple[int, ...] = REFUSALS, **more: Any) -> Any:
+    """One view method in the OpenAPI schema (``extend_schema``): its answers (a serializer alone is the 200), then
+    the refusals it can meet, by code (``error_responses``)."""
+    ok = answers if isinstance(answers, dict) else {200: answers}
+    return extend_schema(operation_id=operation_id, responses={**ok, **error_responses(*errors)}, **more)
+
+
+def documented(
+    operation_id: str, answer: Any, description: str | None = None, *, errors: tuple[int, ...] = REFUSALS
+) -> Callable[[type[_Call]], type[_Call]]:
+    """A ``ServiceCall``'s POST in the schema: its ``input`` as the request, ``answer`` under its ``status``."""
+
+    def document(view: type[_Call]) -> type[_Call]:
+        more = {} if description is None else {"description": description}
+        post = operation(operation_id, {view.status: answer}, errors, request=view.input, **more)
+        return extend_schema_view(post=post)(view)
+
+    return document
 
 
 def task_body(task: Task) -> dict[str, Any]:
@@ -129,14 +154,11 @@ class TaskListCreateApi(APIView):
     def get_permissions(self):
         return [IsTaskCreator()] if self.request.method == "POST" else [AnyRole()]
 
-    @extend_schema(
-        operation_id="task_create",
+    @operation(
+        "task_create",
+        {201: s.TaskOut, 200: OpenApiResponse(s.TaskOut, description="Idempotent repeat.")},
+        (400, 401, 403, 409),
         request=s.TaskCreateIn,
-        responses={
-            201: s.TaskOut,
-            200: OpenApiResponse(s.TaskOut, description="Idempotent repeat."),
-            **error_responses(400, 401, 403, 409),
-        },
         description="Create a task: READY, or BLOCKED while any `depends_on` task is not COMMITTED. Re-creating "
         "an existing task_id with the same definition returns it (200); anything else is 409 TASK_EXISTS. "
         "An unknown namespace, depends_on task or resource in the body is a 400.",
@@ -147,10 +169,11 @@ class TaskListCreateApi(APIView):
         task = selectors.task_get(task_id=created.task.task_id)
         return Response(task_body(task), status=201 if created.created else 200)
 
-    @extend_schema(
-        operation_id="task_list",
+    @operation(
+        "task_list",
+        s.TaskPage,
+        (400, 401),
         parameters=[s.TaskListQuery],
-        responses={200: s.TaskPage, **error_responses(400, 401)},
         description="Tasks, oldest first. The frontier is `state=READY`.",
     )
     def get(self, request: AuthedRequest) -> Response:
@@ -162,7 +185,7 @@ class TaskListCreateApi(APIView):
 class TaskDetailApi(APIView):
     permission_classes = [AnyRole]
 
-    @extend_schema(operation_id="task_get", responses={200: s.TaskOut, **error_responses(401, 404)})
+    @operation("task_get", s.TaskOut, (401, 404))
     def get(self, request: AuthedRequest, task_id: str) -> Response:
         return Response(task_body(selectors.task_get(task_id=task_id)))
 
@@ -170,9 +193,10 @@ class TaskDetailApi(APIView):
 class TaskEventsApi(APIView):
     permission_classes = [AnyRole]
 
-    @extend_schema(
-        operation_id="task_events",
-        responses={200: s.EventPage, **error_responses(401, 404)},
+    @operation(
+        "task_events",
+        s.EventPage,
+        (401, 404),
         description="The task's timeline, oldest first. Never secrets or payloads.",
     )
     def get(self, request: AuthedRequest, task_id: str) -> Response:
@@ -213,41 +237,33 @@ def _staged_body(staged: Any) -> dict[str, Any]:
     return s.StageOut({"outcome": "STAGED", "staged_result_id": staged.staged.pk}).data
 
 
-@extend_schema_view(
-    post=extend_schema(
-        operation_id="task_revise_input",
-        request=s.TaskInputIn,
-        responses={200: s.TaskOut, **error_responses(400, 401, 403, 404, 409)},
-        description="Revise the input: new input_digest, state_version+1. A claim in flight stays, but its commit "
-        "with the old digest gets STALE_INPUT. COMMITTED or CANCELLED: 409 NOT_REVISABLE. The same input again "
-        "changes nothing.",
-    )
+@documented(
+    "task_revise_input",
+    s.TaskOut,
+    "Revise the input: new input_digest, state_version+1. A claim in flight stays, but its commit "
+    "with the old digest gets STALE_INPUT. COMMITTED or CANCELLED: 409 NOT_REVISABLE. The same input again "
+    "changes nothing.",
 )
 class TaskInputApi(_OperatorTaskAction):
     input, service = s.TaskInputIn, staticmethod(services.task_revise_input)
 
 
-@extend_schema_view(
-    post=extend_schema(
-        operation_id="task_cancel",
-        request=s.ReasonIn,
-        responses={200: s.TaskOut, **error_responses(400, 401, 403, 404, 409)},
-        description="cancel_generation+1, state CANCELLED, the current attempt ends. COMMITTED: 409 "
-        "NOT_CANCELLABLE. Cancelling a CANCELLED task changes nothing.",
-    )
+@documented(
+    "task_cancel",
+    s.TaskOut,
+    "cancel_generation+1, state CANCELLED, the current attempt ends. COMMITTED: 409 "
+    "NOT_CANCELLABLE. Cancelling a CANCELLED task changes nothing.",
 )
 class TaskCancelApi(_OperatorTaskAction):
     input, service = s.ReasonIn, staticmethod(services.task_cancel)
 
 
-@extend_schema_view(
-    post=extend_schema(
-        operation_id="task_requeue",
-        request=None,
-        responses={200: s.TaskOut, **error_responses(401, 403, 404, 409)},
-        description="A CANCELLED task back to READY (BLOCKED while predecessors are uncommitted); "
-        "cancel_generation stays. Any other state: 409 INVALID_TRANSITION.",
-    )
+@documented(
+    "task_requeue",
+    s.TaskOut,
+    "A CANCELLED task back to READY (BLOCKED while predecessors are uncommitted); "
+    "cancel_generation stays. Any other state: 409 INVALID_TRANSITION.",
+    errors=(401, 403, 404, 409),
 )
 class TaskRequeueApi(_OperatorTaskAction):
     input, service = None, staticmethod(services.task_requeue)
@@ -256,15 +272,12 @@ class TaskRequeueApi(_OperatorTaskAction):
 # --- claims -------------------------------------------------------------------------------------------
 
 
-@extend_schema_view(
-    post=extend_schema(
-        operation_id="task_claim",
-        request=s.ClaimIn,
-        responses={200: s.ClaimOut, **error_responses(400, 401, 403, 404, 409)},
-        description="Claim from READY, from CLAIMED with an expired lease, or from CLAIMED under an older epoch. "
-        "409 in order: FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH, NOT_CLAIMABLE (STATE | LEASE_LIVE | "
-        "RESOURCE_HELD). Of N concurrent claims exactly one gets 200.",
-    )
+@documented(
+    "task_claim",
+    s.ClaimOut,
+    "Claim from READY, from CLAIMED with an expired lease, or from CLAIMED under an older epoch. "
+    "409 in order: FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH, NOT_CLAIMABLE (STATE | LEASE_LIVE | "
+    "RESOURCE_HELD). Of N concurrent claims exactly one gets 200.",
 )
 class TaskClaimApi(ServiceCall):
     permission_classes = [IsWorker]
@@ -281,16 +294,16 @@ class ClaimNextApi(APIView):
     def release(self, principal: Principal, owner_id: str, grant: dict[str, Any]) -> None:
         release_grant(principal, owner_id, grant)
 
-    @extend_schema(
-        operation_id="claim_next",
-        request=s.ClaimNextIn,
-        responses={
+    @operation(
+        "claim_next",
+        {
             200: s.ClaimOut,
             204: OpenApiResponse(
                 description="Nothing is claimable (after `wait_seconds`, if given; no body)."
             ),
-            **error_responses(400, 401, 403, 409),
         },
+        (400, 401, 403, 409),
+        request=s.ClaimNextIn,
         description="Claim the oldest claimable task of the namespace (default `default`), optionally only of "
         "`node_ids`. Concurrent callers never receive the same task. 409 FENCED (EPOCH) or CLAIMS_PAUSED. With "
         "`wait_seconds`, waits for a task to become claimable (claim-v1.md §9).",
@@ -358,27 +371,21 @@ def release_grant(principal: Principal, owner_id: str, grant: dict[str, Any]) ->
     )
 
 
-@extend_schema_view(
-    post=extend_schema(
-        operation_id="task_renew",
-        request=s.RenewIn,
-        responses={200: s.RenewOut, **error_responses(400, 401, 403, 404, 409)},
-        description="New expiry = server-now + extend_seconds (bounded by LEASE_MIN_SECONDS..LEASE_MAX_SECONDS). "
-        "409 in order: CANCELLED, FENCED (EPOCH | GENERATION | ATTEMPT | OWNER), EXPIRED.",
-    )
+@documented(
+    "task_renew",
+    s.RenewOut,
+    "New expiry = server-now + extend_seconds (bounded by LEASE_MIN_SECONDS..LEASE_MAX_SECONDS). "
+    "409 in order: CANCELLED, FENCED (EPOCH | GENERATION | ATTEMPT | OWNER), EXPIRED.",
 )
 class TaskRenewApi(ServiceCall):
     permission_classes = [IsWorker]
     input, service, body = s.RenewIn, staticmethod(services.task_renew), staticmethod(renew_body)
 
 
-@extend_schema_view(
-    post=extend_schema(
-        operation_id="task_release",
-        request=s.ReleaseIn,
-        responses={200: s.OutcomeOut, **error_responses(400, 401, 403, 404, 409)},
-        description="Task back to READY; the attempt ends. 409 FENCED when the attempt is not current.",
-    )
+@documented(
+    "task_release",
+    s.OutcomeOut,
+    "Task back to READY; the attempt ends. 409 FENCED when the attempt is not current.",
 )
 class TaskReleaseApi(ServiceCall):
     permission_classes = [IsWorker]
@@ -389,14 +396,11 @@ class TaskReleaseApi(ServiceCall):
     )
 
 
-@extend_schema_view(
-    post=extend_schema(
-        operation_id="result_stage",
-        request=s.StageIn,
-        responses={201: s.StageOut, **error_responses(400, 401, 403, 404, 409)},
-        description="Stage a result, isolated. Any attempt of the task may stage, whatever the task's state. "
-        "`result_digest` must be the digest of `result` (400). The same digest again returns the same record.",
-    )
+@documented(
+    "result_stage",
+    s.StageOut,
+    "Stage a result, isolated. Any attempt of the task may stage, whatever the task's state. "
+    "`result_digest` must be the digest of `result` (400). The same digest again returns the same record.",
 )
 class TaskResultsApi(ServiceCall):
     permission_classes = [IsWorker]
@@ -404,15 +408,12 @@ class TaskResultsApi(ServiceCall):
     status = 201
 
 
-@extend_schema_view(
-    post=extend_schema(
-        operation_id="task_commit",
-        request=s.CommitIn,
-        responses={200: s.CommitOut, **error_responses(400, 401, 403, 404, 409)},
-        description="A repeat of a successful commit returns the stored body first. Otherwise, in order: "
-        "CANCELLED; FENCED (EPOCH | GENERATION | ATTEMPT | LEASE_EXPIRED); STALE_INPUT; STALE_INPUT (RESOURCE); "
-        "NOT_STAGED. `resources` must name exactly the task's resources (400).",
-    )
+@documented(
+    "task_commit",
+    s.CommitOut,
+    "A repeat of a successful commit returns the stored body first. Otherwise, in order: "
+    "CANCELLED; FENCED (EPOCH | GENERATION | ATTEMPT | LEASE_EXPIRED); STALE_INPUT; STALE_INPUT (RESOURCE); "
+    "NOT_STAGED. `resources` must name exactly the task's resources (400).",
 )
 class TaskCommitApi(ServiceCall):
     permission_classes = [IsWorker]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -18,7 +18,7 @@ from .apis import (
     claim_body,
     claim_or_wait,
     commit_body,
-    error_responses,
+    operation,
     parsed,
     release_grant,
 )
@@ -48,14 +48,14 @@ class ClaimBatchApi(APIView):
     def release(self, principal: Principal, owner_id: str, grant: dict[str, Any]) -> None:
         release_grant(principal, owner_id, grant)
 
-    @extend_schema(
-        operation_id="claim_batch",
-        request=s.ClaimBatchIn,
-        responses={
+    @operation(
+        "claim_batch",
+        {
             200: s.ClaimBatchOut,
             204: OpenApiResponse(description="Nothing is claimable (after `wait_seconds`, if given)."),
-            **error_responses(400, 401, 403, 409),
         },
+        (400, 401, 403, 409),
+        request=s.ClaimBatchIn,
         description="claim-v1.md §9: claim up to `max_tasks` (1–100) tasks at once, each exactly as claim-next "
         "claims one (its own attempt, generation and fences). Concurrent callers never receive the same task; a "
         "task whose resources are held is passed over. 409 FENCED (EPOCH) or CLAIMS_PAUSED.",
@@ -106,10 +106,11 @@ class CommitsApi(APIView):
         status, body = refusal(exc)
         return {"task_id": task_id if isinstance(task_id, str) else "", "status": status, "body": body}
 
-    @extend_schema(
-        operation_id="commits",
+    @operation(
+        "commits",
+        s.CommitsOut,
+        (400, 401, 403),
         request=s.CommitsIn,
-        responses={200: s.CommitsOut, **error_responses(400, 401, 403)},
         description="claim-v1.md §9: 1 to 100 commits (each a commit body with its `task_id`, inline `result` "
         "allowed), answered in the order given with the status and body that single commit would have answered "
         "(200, 400, 403, 404 or 409). Each item is judged on its own and a refused item changes nothing and undoes "

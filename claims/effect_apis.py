@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from . import effect_serializers as es
 from . import serializers as s
 from . import services
-from .apis import AuthedRequest, ServiceCall, error_responses, parsed
+from .apis import AuthedRequest, ServiceCall, documented, operation, parsed
 from .errors import NotFound
 from .models import Effect
 from .permissions import AnyRole, IsOperator, IsWorker, _RoleIn
@@ -30,10 +30,9 @@ def _effect_body(effect: Effect, outcome: str) -> dict[str, Any]:
 class EffectPrepareApi(APIView):
     permission_classes = [IsWorker]
 
-    @extend_schema(
-        operation_id="effect_prepare",
-        request=es.EffectPrepareIn,
-        responses={
+    @operation(
+        "effect_prepare",
+        {
             201: OpenApiResponse(
                 es.EffectOut, description="A new record, PREPARED and bound to payload_digest."
             ),
@@ -45,8 +44,8 @@ class EffectPrepareApi(APIView):
             202: OpenApiResponse(
                 es.EffectOut, description="NON_REPLAYABLE: APPROVAL_REQUIRED until approved."
             ),
-            **error_responses(400, 401, 403, 404, 409),
         },
+        request=es.EffectPrepareIn,
         description="Authority: the current, unfenced, unexpired attempt of an uncancelled task (else 409 CANCELLED or "
         "FENCED). Another digest for the slot: 409 PAYLOAD_CONFLICT with current {effect_id, state, "
         "bound_payload_digest}. Send `idempotency_key` (= effect_id) and your claim_generation downstream.",
@@ -67,9 +66,7 @@ class EffectPrepareApi(APIView):
 class EffectDetailApi(APIView):
     permission_classes = [AnyRole]
 
-    @extend_schema(
-        operation_id="effect_get", responses={200: es.EffectDetailOut, **error_responses(401, 404)}
-    )
+    @operation("effect_get", es.EffectDetailOut, (401, 404))
     def get(self, request: AuthedRequest, effect_id: str) -> Response:
         effect = Effect.objects.filter(pk=effect_id).first()
         if effect is None:
@@ -79,14 +76,11 @@ class EffectDetailApi(APIView):
         return Response(body)
 
 
-@extend_schema_view(
-    post=extend_schema(
-        operation_id="effect_approve",
-        request=es.EffectApproveIn,
-        responses={200: s.OutcomeOut, **error_responses(400, 401, 403, 404, 409)},
-        description="Approve a NON_REPLAYABLE effect (idempotent). 409 INVALID_TRANSITION for a COMMITTED effect or "
-        "one of a REPLAYABLE task.",
-    )
+@documented(
+    "effect_approve",
+    s.OutcomeOut,
+    "Approve a NON_REPLAYABLE effect (idempotent). 409 INVALID_TRANSITION for a COMMITTED effect or "
+    "one of a REPLAYABLE task.",
 )
 class EffectApproveApi(ServiceCall):
     permission_classes = [IsOperator]
@@ -94,18 +88,15 @@ class EffectApproveApi(ServiceCall):
     body = staticmethod(lambda effect: {"outcome": "APPROVED"})
 
 
-@extend_schema_view(
-    post=extend_schema(
-        operation_id="effect_outcome",
-        request=es.EffectOutcomeIn,
-        responses={200: s.OutcomeOut, **error_responses(400, 401, 403, 404, 409)},
-        description="Record what happened: COMMITTED, FAILED (a definite refusal) or UNKNOWN (a timeout — never "
-        "FAILED). From PREPARED or UNKNOWN (else INVALID_TRANSITION). Accepted from the current attempt, and from "
-        "the attempt that prepared or dispatched the effect even after it was fenced — about its own part only: once "
-        "anyone else has acted on the effect since (a replacement prepared, dispatched or reconciled it; an "
-        "operator reconciled it), an older attempt's report is 409 FENCED (ATTEMPT). While a dispatch of the effect "
-        "is in flight its delivery records the outcome: a report is 409 INVALID_TRANSITION (DISPATCH_IN_FLIGHT).",
-    )
+@documented(
+    "effect_outcome",
+    s.OutcomeOut,
+    "Record what happened: COMMITTED, FAILED (a definite refusal) or UNKNOWN (a timeout — never "
+    "FAILED). From PREPARED or UNKNOWN (else INVALID_TRANSITION). Accepted from the current attempt, and from "
+    "the attempt that prepared or dispatched the effect even after it was fenced — about its own part only: once "
+    "anyone else has acted on the effect since (a replacement prepared, dispatched or reconciled it; an "
+    "operator reconciled it), an older attempt's report is 409 FENCED (ATTEMPT). While a dispatch of the effect "
+    "is in flight its delivery records the outcome: a report is 409 INVALID_TRANSITION (DISPATCH_IN_FLIGHT).",
 )
 class EffectOutcomeApi(ServiceCall):
     permission_classes = [IsWorker]
@@ -120,10 +111,10 @@ class _WorkerOrOperator(_RoleIn):
 class EffectReconcileApi(APIView):
     permission_classes = [_WorkerOrOperator]
 
-    @extend_schema(
-        operation_id="effect_reconcile",
+    @operation(
+        "effect_reconcile",
+        s.OutcomeOut,
         request=es.EffectReconcileIn,
-        responses={200: s.OutcomeOut, **error_responses(400, 401, 403, 404, 409)},
         description="Only from UNKNOWN (else 409 NOT_UNKNOWN). OCCURRED → COMMITTED; NOT_OCCURRED → PREPARED, to be "
         "executed under the same key. By the current attempt (a worker names it) or by an operator (audited with "
         "its `reason`). An operator's NOT_OCCURRED without a `reason` is 400: it sends the effect again, and the "
@@ -138,23 +129,15 @@ class EffectReconcileApi(APIView):
         return Response({"outcome": "RECONCILED", "state": effect.state})
 
 
-@extend_schema_view(
-    post=extend_schema(
-        operation_id="effect_dispatch",
-        request=es.EffectDispatchIn,
-        responses={
-            201: OpenApiResponse(
-                s.DispatchRecordedOut, description="`{outcome: DISPATCH_RECORDED, dispatch_id}`"
-            ),
-            **error_responses(400, 401, 403, 404, 409),
-        },
-        description="Record the durable dispatch commitment, checked in one transaction: authority; "
-        "digest(payload) = bound digest (PAYLOAD_CONFLICT); PREPARED (INVALID_TRANSITION), approved if "
-        "NON_REPLAYABLE (APPROVAL_REQUIRED) and no other effect of the node in flight (INVALID_TRANSITION, "
-        "NODE_BUSY); no newer claim took the task's resources (STALE_INPUT, RESOURCE). A Celery job then POSTs "
-        "the payload with Idempotency-Key, X-Claim-Generation and X-Fence-Token headers. `target` must be "
-        "http(s) on DISPATCH_ALLOWED_HOSTS (400). A repeat while the intent is in flight returns it.",
-    )
+@documented(
+    "effect_dispatch",
+    OpenApiResponse(s.DispatchRecordedOut, description="`{outcome: DISPATCH_RECORDED, dispatch_id}`"),
+    "Record the durable dispatch commitment, checked in one transaction: authority; "
+    "digest(payload) = bound digest (PAYLOAD_CONFLICT); PREPARED (INVALID_TRANSITION), approved if "
+    "NON_REPLAYABLE (APPROVAL_REQUIRED) and no other effect of the node in flight (INVALID_TRANSITION, "
+    "NODE_BUSY); no newer claim took the task's resources (STALE_INPUT, RESOURCE). A Celery job then POSTs "
+    "the payload with Idempotency-Key, X-Claim-Generation and X-Fence-Token headers. `target` must be "
+    "http(s) on DISPATCH_ALLOWED_HOSTS (400). A repeat while the intent is in flight returns it.",
 )
 class EffectDispatchApi(ServiceCall):
     permission_classes = [IsWorker]
@@ -176,10 +159,11 @@ def _resource_body(view: services.ResourceView) -> dict[str, Any]:
 class ResourceCreateApi(APIView):
     permission_classes = [IsOperator]
 
-    @extend_schema(
-        operation_id="resource_create",
+    @operation(
+        "resource_create",
+        {201: es.ResourceOut},
+        (400, 401, 403, 409),
         request=es.ResourceCreateIn,
-        responses={201: es.ResourceOut, **error_responses(400, 401, 403, 409)},
         description="A new incarnation at revision 0; the key's fence token carries on. A live key: RESOURCE_EXISTS.",
     )
     def post(self, request: AuthedRequest) -> Response:
@@ -194,17 +178,19 @@ class ResourceDetailApi(APIView):
     def get_permissions(self):
         return [IsOperator()] if self.request.method == "DELETE" else [AnyRole()]
 
-    @extend_schema(
-        operation_id="resource_get",
-        responses={200: es.ResourceOut, **error_responses(401, 404)},
+    @operation(
+        "resource_get",
+        es.ResourceOut,
+        (401, 404),
         description="The live incarnation, its revision, the newest fence token and the attempt holding it.",
     )
     def get(self, request: AuthedRequest, key: str) -> Response:
         return Response(_resource_body(services.resource_get(resource_key=key)))
 
-    @extend_schema(
-        operation_id="resource_delete",
-        responses={204: None, **error_responses(401, 403, 404)},
+    @operation(
+        "resource_delete",
+        {204: None},
+        (401, 403, 404),
         description="End the incarnation. Creating the key again starts a new one at revision 0.",
     )
     def delete(self, request: AuthedRequest, key: str) -> Response:
@@ -215,10 +201,11 @@ class ResourceDetailApi(APIView):
 class ResourceCheckApi(APIView):
     permission_classes = [AnyRole]
 
-    @extend_schema(
-        operation_id="resource_check",
+    @operation(
+        "resource_check",
+        s.OutcomeOut,
+        (400, 401, 404, 409),
         request=es.ResourceCheckIn,
-        responses={200: s.OutcomeOut, **error_responses(400, 401, 404, 409)},
         description="Advisory, in order: 409 STALE_INPUT (INCARNATION); 409 STALE_FENCE unless the token is the "
         "newest and the attempt that took it is live; 409 STALE_INPUT (REVISION); else 200 CURRENT. Receivers "
         "that can should enforce the token atomically in their own database (claim_client.receiver, the SDK in clients/python).",

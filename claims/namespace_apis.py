@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from . import selectors, services
 from . import serializers as s
-from .apis import AuthedRequest, error_responses, namespace_fields, paginated, parsed
+from .apis import AuthedRequest, namespace_fields, operation, paginated, parsed
 from .models import Namespace, Principal
 from .permissions import AnyRole, IsOncall, IsOperator
 
@@ -44,10 +43,11 @@ class NamespaceListCreateApi(_DescribesNamespaces, APIView):
     def namespaces(self) -> QuerySet[Namespace]:
         return selectors.namespace_list()
 
-    @extend_schema(
-        operation_id="namespace_create",
+    @operation(
+        "namespace_create",
+        {201: s.NamespaceOut},
+        (400, 401, 403, 409),
         request=s.NamespaceCreateIn,
-        responses={201: s.NamespaceOut, **error_responses(400, 401, 403, 409)},
         description="Epoch 1. Served by the core alone (no rollout app) a namespace is V1_ONLY, claim.v1; with the "
         "rollout app, stage V1_ONLY unless given. An existing name: 409 NAMESPACE_EXISTS.",
     )
@@ -55,7 +55,7 @@ class NamespaceListCreateApi(_DescribesNamespaces, APIView):
         namespace = self.create(request.user, parsed(self.create_in, request))
         return Response(self.out(self.fields(namespace)).data, status=201)
 
-    @extend_schema(operation_id="namespace_list", responses={200: s.NamespacePage, **error_responses(401)})
+    @operation("namespace_list", s.NamespacePage, (401,))
     def get(self, request: AuthedRequest) -> Response:
         return paginated(self, request, self.namespaces(), lambda ns: self.out(self.fields(ns)).data)
 
@@ -63,9 +63,7 @@ class NamespaceListCreateApi(_DescribesNamespaces, APIView):
 class NamespaceDetailApi(_DescribesNamespaces, APIView):
     permission_classes = [AnyRole]
 
-    @extend_schema(
-        operation_id="namespace_get", responses={200: s.NamespaceDetailOut, **error_responses(401, 404)}
-    )
+    @operation("namespace_get", s.NamespaceDetailOut, (401, 404))
     def get(self, request: AuthedRequest, ns: str) -> Response:
         namespace = selectors.namespace_get(name=ns)
         return Response(self.detail_out({**self.fields(namespace), "drain": self.drain(namespace)}).data)
@@ -74,10 +72,10 @@ class NamespaceDetailApi(_DescribesNamespaces, APIView):
 class NamespaceResumeApi(_DescribesNamespaces, APIView):
     permission_classes = [IsOncall]
 
-    @extend_schema(
-        operation_id="namespace_resume",
+    @operation(
+        "namespace_resume",
+        s.ResumedOut,
         request=s.OptionalReasonIn,
-        responses={200: s.ResumedOut, **error_responses(400, 401, 403, 404, 409)},
         description="Lift the pause; the epoch stays. Answers `{outcome: RESUMED, ...namespace}`. The reason is "
         "optional at every door — the console's form too (the frozen contract sends none); given, it is trimmed and "
         "audited with the principal. While the pause is held — a "

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
-from django.urls import path, register_converter
+from types import ModuleType
+from typing import Any
+
+from django.urls import URLPattern, path, register_converter
 
 from . import apis, batch_apis, effect_apis, namespace_apis
 from .waiting import offloaded, waiting
@@ -64,25 +67,47 @@ core_urlpatterns = [
     path("resources/<task_id:key>/check", effect_apis.ResourceCheckApi.as_view(), name="resource-check"),
 ]
 
-# The worker operations, the task reads and the namespace reads as the core alone serves them. A wrapping app
-# (the rollout) mounts its own views for exactly these paths instead — never both (controlplane/urls.py).
-worker_urlpatterns = [
-    path("tasks", apis.TaskListCreateApi.as_view(), name="tasks"),
-    path("tasks/<task_id:task_id>", apis.TaskDetailApi.as_view(), name="task"),
-    path("tasks/<task_id:task_id>/claim", offloaded(apis.TaskClaimApi.as_view()), name="task-claim"),
-    path("tasks/<task_id:task_id>/renew", offloaded(apis.TaskRenewApi.as_view()), name="task-renew"),
-    path("tasks/<task_id:task_id>/release", offloaded(apis.TaskReleaseApi.as_view()), name="task-release"),
-    path("tasks/<task_id:task_id>/commit", offloaded(apis.TaskCommitApi.as_view()), name="task-commit"),
-    # the worker endpoints are async views (claims/waiting.py): under ASGI they run in the shared executor, and a
-    # claim with wait_seconds waits holding no thread
-    path("claims", waiting(apis.ClaimNextApi.as_view()), name="claim-next"),
-    path("claims/batch", waiting(batch_apis.ClaimBatchApi.as_view()), name="claim-batch"),
-    path("commits", offloaded(batch_apis.CommitsApi.as_view()), name="commits"),
-]
-namespace_urlpatterns = [
-    path("namespaces", namespace_apis.NamespaceListCreateApi.as_view(), name="namespaces"),
-    path("namespaces/<ns:ns>", namespace_apis.NamespaceDetailApi.as_view(), name="namespace"),
-    path("namespaces/<ns:ns>/resume", namespace_apis.NamespaceResumeApi.as_view(), name="namespace-resume"),
-]
+# The worker operations, the task reads and the namespace reads: each path, the name of the view class serving it,
+# its URL name and how the view runs. The core serves them with its own views; a wrapping app (the rollout) serves
+# exactly these paths with views of the same names instead — never both (controlplane/urls.py).
+# The worker endpoints are async views (claims/waiting.py): under ASGI they run in the shared executor, and a claim
+# with wait_seconds waits holding no thread.
+_WORKER_ROUTES = (
+    ("tasks", "TaskListCreateApi", "tasks", None),
+    ("tasks/<task_id:task_id>", "TaskDetailApi", "task", None),
+    ("tasks/<task_id:task_id>/claim", "TaskClaimApi", "task-claim", offloaded),
+    ("tasks/<task_id:task_id>/renew", "TaskRenewApi", "task-renew", offloaded),
+    ("tasks/<task_id:task_id>/release", "TaskReleaseApi", "task-release", offloaded),
+    ("tasks/<task_id:task_id>/commit", "TaskCommitApi", "task-commit", offloaded),
+    ("claims", "ClaimNextApi", "claim-next", waiting),
+    ("claims/batch", "ClaimBatchApi", "claim-batch", waiting),
+    ("commits", "CommitsApi", "commits", offloaded),
+)
+_NAMESPACE_ROUTES = (
+    ("namespaces", "NamespaceListCreateApi", "namespaces", None),
+    ("namespaces/<ns:ns>", "NamespaceDetailApi", "namespace", None),
+    ("namespaces/<ns:ns>/resume", "NamespaceResumeApi", "namespace-resume", None),
+)
+
+
+def served_by(routes: tuple[tuple[str, str, str, Any], ...], *modules: ModuleType) -> list[URLPattern]:
+    """``routes`` served by the view classes of those names, each found in the first of ``modules`` that has it."""
+    patterns = []
+    for route, view_name, name, runs in routes:
+        view = next(getattr(m, view_name) for m in modules if hasattr(m, view_name)).as_view()
+        patterns.append(path(route, runs(view) if runs else view, name=name))
+    return patterns
+
+
+def worker_urls(*modules: ModuleType) -> list[URLPattern]:
+    return served_by(_WORKER_ROUTES, *modules)
+
+
+def namespace_urls(*modules: ModuleType) -> list[URLPattern]:
+    return served_by(_NAMESPACE_ROUTES, *modules)
+
+
+worker_urlpatterns = worker_urls(apis, batch_apis)
+namespace_urlpatterns = namespace_urls(namespace_apis)
 
 urlpatterns = core_urlpatterns + worker_urlpatterns + namespace_urlpatterns

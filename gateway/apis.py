@@ -4,11 +4,10 @@ console and ``claimctl gateway``) and read them; other roles get 403."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from claims.apis import AuthedRequest, error_responses, parsed
+from claims.apis import AuthedRequest, operation, parsed
 from claims.permissions import IsOperator
 
 from . import selectors, services
@@ -20,19 +19,17 @@ class _Config(APIView):
 
 
 class DownstreamListApi(_Config):
-    @extend_schema(
-        operation_id="gateway_downstreams",
-        responses={200: s.DownstreamOut(many=True), **error_responses(401, 403)},
-    )
+    @operation("gateway_downstreams", s.DownstreamOut(many=True), (401, 403))
     def get(self, request: AuthedRequest) -> Response:
         return Response(selectors.configuration()["downstreams"])
 
 
 class DownstreamApi(_Config):
-    @extend_schema(
-        operation_id="gateway_downstream_put",
+    @operation(
+        "gateway_downstream_put",
+        s.DownstreamOut,
+        (400, 401, 403),
         request=s.DownstreamIn,
-        responses={200: s.DownstreamOut, **error_responses(400, 401, 403)},
         description="Create or change the downstream MCP server `name` (audited). Its tools are exposed as "
         "`<prefix>__<tool>`. A server fixed in settings (MCP_DOWNSTREAMS) cannot be changed here (400).",
     )
@@ -49,18 +46,17 @@ class DownstreamApi(_Config):
 
 
 class ToolRuleListApi(_Config):
-    @extend_schema(
-        operation_id="gateway_rules", responses={200: s.ToolRuleOut(many=True), **error_responses(401, 403)}
-    )
+    @operation("gateway_rules", s.ToolRuleOut(many=True), (401, 403))
     def get(self, request: AuthedRequest) -> Response:
         return Response(selectors.configuration()["rules"])
 
 
 class ToolRuleApi(_Config):
-    @extend_schema(
-        operation_id="gateway_rule_put",
+    @operation(
+        "gateway_rule_put",
+        s.ToolRuleOut,
+        (400, 401, 403),
         request=s.ToolRuleIn,
-        responses={200: s.ToolRuleOut, **error_responses(400, 401, 403)},
         description='Set how the gateway treats one tool of one server (audited); docs/mcp.md "Tool rules".',
     )
     def put(self, request: AuthedRequest, downstream: str, tool: str) -> Response:

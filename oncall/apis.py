@@ -3,11 +3,11 @@ the CLI — and the audit log."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from claims.apis import AuthedRequest, error_responses, paginated, parsed
+from claims.apis import AuthedRequest, operation, paginated, parsed
 from claims.models import AuditEntry
 from claims.permissions import IsOncall, IsOperator
 from claims.serializers import ReasonIn
@@ -19,18 +19,16 @@ from .services import fence_now
 class NamespaceFenceApi(APIView):
     permission_classes = [IsOncall]
 
-    @extend_schema(
-        operation_id="namespace_fence",
+    @operation(
+        "namespace_fence",
+        OpenApiResponse(
+            s.FenceOut,
+            description="The contract's body. Headers: `Fence-Id`, the recorded request (console: Fences; the "
+            "audit log); `Fence-Self-Check`, `ok` or `failed: <detail>` (the epoch was bumped all the same: "
+            "look at the fence).",
+        ),
+        (400, 401, 403, 404),
         request=ReasonIn,
-        responses={
-            200: OpenApiResponse(
-                s.FenceOut,
-                description="The contract's body. Headers: `Fence-Id`, the recorded request (console: Fences; the "
-                "audit log); `Fence-Self-Check`, `ok` or `failed: <detail>` (the epoch was bumped all the same: "
-                "look at the fence).",
-            ),
-            **error_responses(400, 401, 403, 404),
-        },
         description="Stop new claims and bump scheduler_epoch. From then every acceptance point rejects the old "
         "epoch and every attempt granted under it — even when it re-sends the new epoch. The fence is recorded "
         "as a request first and checked after (an old-epoch commit must come back FENCED), as the console's and "
@@ -49,7 +47,7 @@ class NamespaceFenceApi(APIView):
 class AuditApi(APIView):
     permission_classes = [IsOperator]
 
-    @extend_schema(operation_id="audit_list", responses={200: s.AuditPage})
+    @operation("audit_list", s.AuditPage, ())
     def get(self, request: AuthedRequest) -> Response:
         rows = AuditEntry.objects.order_by("-at", "-id")
         return paginated(self, request, rows, lambda e: s.AuditOut(e).data)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from claims.apis import AuthedRequest, ServiceCall, error_responses, paginated, parsed
+from claims.apis import AuthedRequest, ServiceCall, documented, operation, paginated, parsed
 from claims.permissions import AnyRole, IsOncall, IsOperator, IsReviewer, IsWorker
 from oncall.selectors import age_seconds
 
@@ -39,9 +39,10 @@ def _gate(gate: stages.Gate | GateEvaluation) -> dict[str, Any]:
 class RolloutApi(APIView):
     permission_classes = [AnyRole]
 
-    @extend_schema(
-        operation_id="rollout_get",
-        responses={200: s.RolloutOut, **error_responses(401, 404)},
+    @operation(
+        "rollout_get",
+        s.RolloutOut,
+        (401, 404),
         description="The stage, the next stage, and the next move's gate as last recorded (by the `gate_check` "
         "job, and by every advance), with its age. A read records nothing: `gates` is empty until the first "
         "evaluation of this stage's gate.",
@@ -62,18 +63,15 @@ class RolloutApi(APIView):
         return Response(s.RolloutOut(body).data)
 
 
-@extend_schema_view(
-    post=extend_schema(
-        operation_id="rollout_advance",
-        request=s.AdvanceIn,
-        responses={200: s.AdvancedOut, **error_responses(400, 401, 403, 404, 409)},
-        description="Move one step when the gate holds (judged afresh, and recorded): 409 GATE_NOT_MET with current "
-        "{gate, figures}; 409 INVALID_TRANSITION unless to_stage is the next stage (reason STAGE_CHANGED when the "
-        "stage moved under the advance: stage changes are compare-and-set on the stage they start from); 409 "
-        "ROLLBACK_IN_PROGRESS while a rollback of the namespace is open, override or not; entering SHADOW while "
-        "claims are paused is 409 CLAIMS_PAUSED (the import of live legacy claims would grant nothing). override "
-        "(oncall, with a reason) moves anyway and is recorded as an override.",
-    )
+@documented(
+    "rollout_advance",
+    s.AdvancedOut,
+    "Move one step when the gate holds (judged afresh, and recorded): 409 GATE_NOT_MET with current "
+    "{gate, figures}; 409 INVALID_TRANSITION unless to_stage is the next stage (reason STAGE_CHANGED when the "
+    "stage moved under the advance: stage changes are compare-and-set on the stage they start from); 409 "
+    "ROLLBACK_IN_PROGRESS while a rollback of the namespace is open, override or not; entering SHADOW while "
+    "claims are paused is 409 CLAIMS_PAUSED (the import of live legacy claims would grant nothing). override "
+    "(oncall, with a reason) moves anyway and is recorded as an override.",
 )
 class AdvanceApi(ServiceCall):
     permission_classes = [IsOperator]
@@ -86,14 +84,10 @@ class AdvanceApi(ServiceCall):
 class RollbackApi(APIView):
     permission_classes = [IsOncall]
 
-    @extend_schema(
-        operation_id="rollout_rollback",
+    @operation(
+        "rollout_rollback",
+        {200: s.RolledBackOut, 202: s.RollbackStartedOut},
         request=s.RollbackIn,
-        responses={
-            200: s.RolledBackOut,
-            202: s.RollbackStartedOut,
-            **error_responses(400, 401, 403, 404, 409),
-        },
         description="Epoch fence → namespace-wide drain → stage back → claims stay paused. 202 while the "
         "drain is not clean: the advance_rollback job finishes it at the first clean drain (its progress is on "
         "`GET …/rollout`). A second rollback while one is open checks the drain again: 200 ROLLED_BACK if it is "
@@ -124,11 +118,7 @@ class RollbackApi(APIView):
 class MismatchListApi(APIView):
     permission_classes = [AnyRole]
 
-    @extend_schema(
-        operation_id="mismatch_list",
-        parameters=[s.MismatchQuery],
-        responses={200: s.MismatchPage, **error_responses(400, 401, 404)},
-    )
+    @operation("mismatch_list", s.MismatchPage, (400, 401, 404), parameters=[s.MismatchQuery])
     def get(self, request: AuthedRequest, ns: str) -> Response:
         selectors.namespace_or_404(ns)
         query = s.MismatchQuery(data=request.query_params)
@@ -137,14 +127,11 @@ class MismatchListApi(APIView):
         return paginated(self, request, rows, lambda m: s.MismatchOut(m).data)
 
 
-@extend_schema_view(
-    post=extend_schema(
-        operation_id="mismatch_review",
-        request=s.ReviewIn,
-        responses={200: s.MismatchOut, **error_responses(400, 401, 403, 404, 409)},
-        description="Mark a mismatch EXPLAINED (a note is required) or BUG. Reviewers, operators and oncall. A "
-        "mismatch already in that status is 409 INVALID_TRANSITION (its review and note are kept).",
-    )
+@documented(
+    "mismatch_review",
+    s.MismatchOut,
+    "Mark a mismatch EXPLAINED (a note is required) or BUG. Reviewers, operators and oncall. A "
+    "mismatch already in that status is 409 INVALID_TRANSITION (its review and note are kept).",
 )
 class MismatchReviewApi(ServiceCall):
     permission_classes = [IsReviewer]
@@ -152,13 +139,7 @@ class MismatchReviewApi(ServiceCall):
     body = staticmethod(lambda mismatch: s.MismatchOut(mismatch).data)
 
 
-@extend_schema_view(
-    post=extend_schema(
-        operation_id="explain_rule_create",
-        request=s.ExplainRuleIn,
-        responses={201: s.ExplainRuleOut, **error_responses(400, 401, 403, 404)},
-    )
-)
+@documented("explain_rule_create", s.ExplainRuleOut, errors=(400, 401, 403, 404))
 class ExplainRuleApi(ServiceCall):
     permission_classes = [IsReviewer]
     input, service, as_named = s.ExplainRuleIn, staticmethod(explain_rule_create), _NS
@@ -168,18 +149,12 @@ class ExplainRuleApi(ServiceCall):
 class CoverageApi(APIView):
     permission_classes = [AnyRole]
 
-    @extend_schema(operation_id="coverage_get", responses={200: s.CoverageOut, **error_responses(401, 404)})
+    @operation("coverage_get", s.CoverageOut, (401, 404))
     def get(self, request: AuthedRequest, ns: str) -> Response:
         return Response(s.CoverageOut(selectors.coverage(selectors.namespace_or_404(ns))).data)
 
 
-@extend_schema_view(
-    post=extend_schema(
-        operation_id="coverage_waive",
-        request=s.WaiveIn,
-        responses={201: s.WaiverOut, **error_responses(400, 401, 403, 404)},
-    )
-)
+@documented("coverage_waive", s.WaiverOut, errors=(400, 401, 403, 404))
 class WaiveApi(ServiceCall):
     permission_classes = [IsOperator]
     input, service, as_named = s.WaiveIn, staticmethod(stages.waive_coverage), _NS
@@ -196,26 +171,21 @@ class DrainApi(APIView):
     def get_permissions(self):
         return [IsOperator()] if self.request.method == "POST" else [AnyRole()]
 
-    @extend_schema(
-        operation_id="drain_get",
+    @operation(
+        "drain_get",
+        OpenApiResponse(
+            s.SnapshotOut,
+            description="the last snapshot; before any was taken, the counts as they stand (taken_at null)",
+        ),
+        (400, 401, 404),
         parameters=[s.DrainQuery],
-        responses={
-            200: OpenApiResponse(
-                s.SnapshotOut,
-                description="the last snapshot; before any was taken, the counts as they stand (taken_at null)",
-            ),
-            **error_responses(400, 401, 404),
-        },
     )
     def get(self, request: AuthedRequest, ns: str) -> Response:
         namespace = selectors.namespace_or_404(ns)
         return Response(s.SnapshotOut(selectors.drain_now(namespace, _pool(request))).data)
 
-    @extend_schema(
-        operation_id="drain_snapshot",
-        request=None,
-        parameters=[s.DrainQuery],
-        responses={201: s.SnapshotOut, **error_responses(400, 401, 403, 404)},
+    @operation(
+        "drain_snapshot", {201: s.SnapshotOut}, (400, 401, 403, 404), request=None, parameters=[s.DrainQuery]
     )
     def post(self, request: AuthedRequest, ns: str) -> Response:
         pool = _pool(request)
@@ -228,7 +198,7 @@ class DrainApi(APIView):
 class PoolsApi(APIView):
     permission_classes = [AnyRole]
 
-    @extend_schema(operation_id="pools_list", responses={200: s.PoolsOut})
+    @operation("pools_list", s.PoolsOut, ())
     def get(self, request: AuthedRequest) -> Response:
         return Response(s.PoolsOut({"results": selectors.pools()}).data)
 
@@ -236,10 +206,10 @@ class PoolsApi(APIView):
 class RegisterApi(APIView):
     permission_classes = [IsWorker]
 
-    @extend_schema(
-        operation_id="worker_register",
+    @operation(
+        "worker_register",
+        {201: s.RegisteredOut},
         request=s.RegisterIn,
-        responses={201: s.RegisteredOut, **error_responses(400, 401, 403, 404, 409)},
         description="409 PROTOCOL_TOO_OLD when the protocol is older than the namespace requires "
         "(claim.v1 from V1_WRITES on, or per min_protocol); the worker's claims are then refused until "
         "it registers again with a newer protocol.",
@@ -253,11 +223,7 @@ class RegisterApi(APIView):
 class HeartbeatApi(APIView):
     permission_classes = [IsWorker]
 
-    @extend_schema(
-        operation_id="worker_heartbeat",
-        request=s.HeartbeatIn,
-        responses={200: s.WorkerHeartbeatOut, **error_responses(400, 401, 403, 404, 409)},
-    )
+    @operation("worker_heartbeat", s.WorkerHeartbeatOut, request=s.HeartbeatIn)
     def post(self, request: AuthedRequest) -> Response:
         data = parsed(s.HeartbeatIn, request)
         reg = workers.worker_heartbeat(principal=request.user, **data)

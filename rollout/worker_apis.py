@@ -22,7 +22,7 @@ from rest_framework.views import APIView
 from claims import apis as core_apis
 from claims import batch_apis as core_batch_apis
 from claims import serializers as core_s
-from claims.apis import AuthedRequest, error_responses, paginated, parsed, rendered
+from claims.apis import AuthedRequest, error_responses, operation, paginated, parsed, rendered
 from claims.permissions import AnyRole, IsTaskCreator, IsWorker
 
 from . import selectors
@@ -247,9 +247,10 @@ class CommitsApi(core_batch_apis.CommitsApi):
 class TaskDetailApi(APIView):
     permission_classes = [AnyRole]
 
-    @extend_schema(
-        operation_id="task_get",
-        responses={200: s.ReadFromOut, **error_responses(401, 404)},
+    @operation(
+        "task_get",
+        s.ReadFromOut,
+        (401, 404),
         description="In LEGACY and SHADOW the holder, expiry and result are the legacy store's (`read_from`).",
     )
     def get(self, request: AuthedRequest, task_id: str) -> Response:
@@ -263,10 +264,11 @@ class TaskListCreateApi(core_apis.TaskListCreateApi):
     def get_permissions(self):
         return [IsTaskCreator()] if self.request.method == "POST" else [AnyRole()]
 
-    @extend_schema(
-        operation_id="task_list",
+    @operation(
+        "task_list",
+        s.ReadTaskPage,
+        (400, 401),
         parameters=[core_s.TaskListQuery],
-        responses={200: s.ReadTaskPage, **error_responses(400, 401)},
         description="Tasks, oldest first. The frontier is `state=READY`; in LEGACY and SHADOW the state is the "
         "legacy store's.",
     )

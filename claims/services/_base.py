@@ -35,6 +35,15 @@ class NamespaceHold:
         """The same hold, judged on a clock read later — after a further lock was taken (``locked_rows``)."""
         return replace(self, now=clock.from_db(db_now))
 
+    def on(self, task_id: str, principal: Principal | None, **fields: Any) -> dict[str, Any]:
+        """A timeline row's fields for ``task_id`` in this namespace, on this hold's clock (``new_event`` and its
+        kin take them with the kind)."""
+        return {"namespace_id": self.id, "task_id": task_id, "at": self.now, "principal": principal, **fields}
+
+    def audit(self, principal: Principal, action: str, **fields: Any) -> None:
+        """An audit entry for this namespace on this hold's clock (``audit``)."""
+        audit(principal=principal, action=action, at=self.now, namespace=self.name, **fields)
+
 
 def locked_rows(
     model: type[models.Model], where: str, params: list[Any], *, order: str, lock: str

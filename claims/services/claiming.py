@@ -219,16 +219,16 @@ def _grant_writes(
     writes.append(
         event_statement(
             EventKind.RECLAIMED if previous else EventKind.CLAIMED,
-            namespace_id=ns.id,
-            task_id=task.task_id,
-            at=ns.now,
-            principal=principal,
-            attempt_id=task.attempt_id,
-            claim_generation=task.claim_generation,
-            scheduler_epoch=ns.scheduler_epoch,
-            owner_id=task.owner_id,
-            point=AcceptancePoint.CLAIM,
-            detail=detail,
+            **ns.on(
+                task.task_id,
+                principal,
+                attempt_id=task.attempt_id,
+                claim_generation=task.claim_generation,
+                scheduler_epoch=ns.scheduler_epoch,
+                owner_id=task.owner_id,
+                point=AcceptancePoint.CLAIM,
+                detail=detail,
+            ),
         )
     )
     return writes, ClaimGrant(

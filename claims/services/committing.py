@@ -327,11 +327,11 @@ def unblock_successors(task: Task, *, ns: NamespaceHold, principal: Principal) -
         [
             new_event(
                 EventKind.UNBLOCKED,
-                namespace_id=ns.id,
-                task_id=successor,
-                at=ns.now,
-                principal=principal,
-                detail={"by": task.pk, "result_commit_id": str(task.result_commit_id)},
+                **ns.on(
+                    successor,
+                    principal,
+                    detail={"by": task.pk, "result_commit_id": str(task.result_commit_id)},
+                ),
             )
             for successor in ready
         ]

@@ -37,7 +37,7 @@ from ..models import (
     Role,
 )
 from . import ledger
-from ._base import audit, hold_task, task_current
+from ._base import hold_task, task_current
 from .authority import Acceptance, Named
 from .effect_point import at_effect_point, at_named_effect, authorise, lock_effect, task_of
 
@@ -342,11 +342,9 @@ def effect_reconcile(
         worker = principal.role == Role.WORKER
         ledger.event_at(EventKind.EFFECT_RECONCILED, effect, at, point=worker, detail={"observed": observed})
         if principal.role != Role.WORKER:
-            audit(
-                principal=principal,
-                action="effect_reconcile",
-                at=ns.now,
-                namespace=ns.name,
+            ns.audit(
+                principal,
+                "effect_reconcile",
                 target=effect_id,
                 reason=reason,
                 detail={"observed": observed, "state": to, "external_ref": external_ref or ""},
@@ -380,11 +378,9 @@ def effect_approve(*, principal: Principal, effect_id: str, note: str = "") -> E
             ledger.task_event(
                 EventKind.EFFECT_APPROVED, effect, ns, principal, point=False, detail={"note": note}
             )
-            audit(
-                principal=principal,
-                action="effect_approve",
-                at=ns.now,
-                namespace=ns.name,
+            ns.audit(
+                principal,
+                "effect_approve",
                 target=effect_id,
                 reason=note,
                 detail={"payload_digest": effect.payload_digest},

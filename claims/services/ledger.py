@@ -80,21 +80,21 @@ def task_event(
 ) -> None:
     append_event(
         kind,
-        namespace_id=ns.id,
-        task_id=effect.task_id,
-        at=ns.now,
-        principal=principal,
-        attempt_id=attempt_id,
-        claim_generation=claim_generation,
-        scheduler_epoch=ns.scheduler_epoch,
-        owner_id=owner_id,
-        point=AcceptancePoint.EFFECT if point else None,
-        detail={
-            "effect_id": effect.effect_id,
-            "effect_slot": effect.effect_slot,
-            "state": effect.state,
-            **(detail or {}),
-        },
+        **ns.on(
+            effect.task_id,
+            principal,
+            attempt_id=attempt_id,
+            claim_generation=claim_generation,
+            scheduler_epoch=ns.scheduler_epoch,
+            owner_id=owner_id,
+            point=AcceptancePoint.EFFECT if point else None,
+            detail={
+                "effect_id": effect.effect_id,
+                "effect_slot": effect.effect_slot,
+                "state": effect.state,
+                **(detail or {}),
+            },
+        ),
     )
 
 

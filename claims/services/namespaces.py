@@ -87,11 +87,9 @@ def epoch_fence(
             changes["pause_hold"] = hold
         Namespace.objects.filter(pk=ns.id).update(**changes)
         live = _end_open_attempts(ns, epoch, principal=principal, reason=reason)
-        audit(
-            principal=principal,
-            action="epoch_fence",
-            at=ns.now,
-            namespace=namespace,
+        ns.audit(
+            principal,
+            "epoch_fence",
             target=f"fence:{fence_id}" if fence_id else "",
             reason=reason,
             detail={
@@ -136,15 +134,15 @@ def _end_open_attempts(ns: NamespaceHold, epoch: int, *, principal: Principal, r
         [
             new_event(
                 EventKind.EPOCH_FENCED,
-                namespace_id=ns.id,
-                task_id=task_id,
-                at=ns.now,
-                principal=principal,
-                attempt_id=attempt_id,
-                claim_generation=generation,
-                scheduler_epoch=attempt_epoch,
-                owner_id=owner,
-                detail={"reason": reason, "new_epoch": epoch},
+                **ns.on(
+                    task_id,
+                    principal,
+                    attempt_id=attempt_id,
+                    claim_generation=generation,
+                    scheduler_epoch=attempt_epoch,
+                    owner_id=owner,
+                    detail={"reason": reason, "new_epoch": epoch},
+                ),
             )
             for task_id, attempt_id, generation, attempt_epoch, owner in live
         ]
@@ -165,11 +163,9 @@ def namespace_resume(*, principal: Principal, namespace: str, reason: str = "") 
                 current={"claims_paused": ns.claims_paused, "pause_hold": ns.pause_hold},
             )
         Namespace.objects.filter(pk=ns.id).update(claims_paused=False, updated_at=ns.now)
-        audit(
-            principal=principal,
-            action="namespace_resume",
-            at=ns.now,
-            namespace=namespace,
+        ns.audit(
+            principal,
+            "namespace_resume",
             reason=reason,
             detail={"was_paused": ns.claims_paused, "scheduler_epoch": ns.scheduler_epoch},
         )

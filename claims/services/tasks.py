@@ -29,7 +29,6 @@ from . import _sql, statements, wakeups
 from ._base import (
     NamespaceHold,
     append_event,
-    audit,
     event_values,
     hold_namespace,
     hold_task,
@@ -136,21 +135,19 @@ def task_create(
         _link(task, states)
         append_event(
             EventKind.TASK_CREATED,
-            namespace_id=ns.id,
-            task_id=task.task_id,
-            at=ns.now,
-            principal=principal,
-            detail={
-                "state": task.state,
-                "node_id": node_id,
-                "input_digest": input_digest,
-                "depends_on": depends_on,
-            },
+            **ns.on(
+                task.task_id,
+                principal,
+                detail={
+                    "state": task.state,
+                    "node_id": node_id,
+                    "input_digest": input_digest,
+                    "depends_on": depends_on,
+                },
+            ),
         )
         if principal.role != Role.WORKER:
-            audit(
-                principal=principal, action="task_create", at=ns.now, namespace=ns.name, target=task.task_id
-            )
+            ns.audit(principal, "task_create", target=task.task_id)
         if task.state == TaskState.READY:
             wakeups.claimable(ns.name, nodes=[node_id])
     return TaskCreated(task, created=True)
@@ -308,23 +305,16 @@ def task_cancel(*, principal: Principal, task_id: str, reason: str) -> Task:
         task_let_go(task, TaskState.CANCELLED, ns.now, "cancel_generation")
         append_event(
             EventKind.CANCELLED,
-            namespace_id=ns.id,
-            task_id=task_id,
-            at=ns.now,
-            principal=principal,
-            attempt_id=ended["attempt_id"],
-            claim_generation=ended["claim_generation"],
-            owner_id=ended["owner_id"],
-            detail={"reason": reason, "cancel_generation": task.cancel_generation},
+            **ns.on(
+                task_id,
+                principal,
+                attempt_id=ended["attempt_id"],
+                claim_generation=ended["claim_generation"],
+                owner_id=ended["owner_id"],
+                detail={"reason": reason, "cancel_generation": task.cancel_generation},
+            ),
         )
-        audit(
-            principal=principal,
-            action="task_cancel",
-            at=ns.now,
-            namespace=ns.name,
-            target=task_id,
-            reason=reason,
-        )
+        ns.audit(principal, "task_cancel", target=task_id, reason=reason)
     return task
 
 
@@ -344,15 +334,8 @@ def task_requeue(*, principal: Principal, task_id: str) -> Task:
         task.state_version += 1
         task.updated_at = ns.now
         task.save(update_fields=["state", "state_version", "updated_at"])
-        append_event(
-            EventKind.REQUEUED,
-            namespace_id=ns.id,
-            task_id=task_id,
-            at=ns.now,
-            principal=principal,
-            detail={"state": target},
-        )
-        audit(principal=principal, action="task_requeue", at=ns.now, namespace=ns.name, target=task_id)
+        append_event(EventKind.REQUEUED, **ns.on(task_id, principal, detail={"state": target}))
+        ns.audit(principal, "task_requeue", target=task_id)
         if target == TaskState.READY:
             wakeups.claimable(ns.name, nodes=[task.node_id])
     return task
@@ -376,22 +359,15 @@ def task_revise_input(*, principal: Principal, task_id: str, input: Any) -> Task
         task.save(update_fields=["input", "input_digest", "state_version", "updated_at"])
         append_event(
             EventKind.INPUT_REVISED,
-            namespace_id=ns.id,
-            task_id=task_id,
-            at=ns.now,
-            principal=principal,
-            detail={
-                "previous_digest": previous,
-                "input_digest": new_digest,
-                "state_version": task.state_version,
-            },
+            **ns.on(
+                task_id,
+                principal,
+                detail={
+                    "previous_digest": previous,
+                    "input_digest": new_digest,
+                    "state_version": task.state_version,
+                },
+            ),
         )
-        audit(
-            principal=principal,
-            action="task_revise_input",
-            at=ns.now,
-            namespace=ns.name,
-            target=task_id,
-            detail={"input_digest": new_digest},
-        )
+        ns.audit(principal, "task_revise_input", target=task_id, detail={"input_digest": new_digest})
     return task

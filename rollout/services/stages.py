@@ -18,7 +18,6 @@ from claims import clock, interleave, services
 from claims.errors import ClaimsPaused, Forbidden, InvalidTransition
 from claims.models import Namespace, Principal, Role
 from claims.selectors import fence_epoch_of
-from claims.services import audit
 from claims.validation import all_of, one_of, real_text
 
 from .. import selectors
@@ -301,18 +300,14 @@ def waive_coverage(*, principal: Principal, namespace: str, point: str, reason: 
                 "has no coverage condition to waive",
                 current={"stage": locked.stage},
             )
-        now = locked.hold.now
         waiver = CoverageWaiver.objects.create(
-            namespace=locked.hold.name, point=point, reason=reason, principal=principal.name, at=now
-        )
-        audit(
-            principal=principal,
-            action="coverage_waive",
-            at=now,
             namespace=locked.hold.name,
-            target=point,
+            point=point,
             reason=reason,
+            principal=principal.name,
+            at=locked.hold.now,
         )
+        locked.hold.audit(principal, "coverage_waive", target=point, reason=reason)
     return waiver
 
 
@@ -368,11 +363,9 @@ def rollback(
                 scheduler_epoch=hold.scheduler_epoch,
                 started_at=hold.now,
             )
-            audit(
-                principal=principal,
-                action="rollback_start",
-                at=hold.now,
-                namespace=hold.name,
+            hold.audit(
+                principal,
+                "rollback_start",
                 target=f"rollback:{running.pk}",
                 reason=reason,
                 detail={"from": locked.stage, "to": to_stage},
