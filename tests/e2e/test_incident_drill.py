@@ -118,7 +118,9 @@ def test_the_incident_drill(page, live_server, shot, settings, db_clock):
     for _ in range(3):  # A16 three times: legacy keeps the stale writer's result (STALE_COMMIT_ACCEPTED)
         _stale_commit(operator, stale_a, fresh_b, db_clock, namespace="orders")
     held = operator.create(namespace="orders").json()["task_id"]
-    _legacy(stale_a, held, "claim", ttl_seconds=8)  # a legacy lease the drain waits on
+    # A legacy lease the drain waits on: long enough that it is still live when the header is read on a slow machine
+    # (once in CI, 8 s ran out in real time before the header showed 2), ended by the test's clock below.
+    _legacy(stale_a, held, "claim", ttl_seconds=120)
     v1_stale = make_actor("stale-v1", "worker")
     before_fence = v1_stale.claim(operator.create(namespace="orders").json()["task_id"], ttl=300).json()
     billing_worker = make_actor("billing-w", "worker")
@@ -162,14 +164,14 @@ def test_the_incident_drill(page, live_server, shot, settings, db_clock):
 
         drill.phase("watch the drain")
         _drain_checks_until(2)  # the drain check, as beat runs it
-        # Legacy decides in SHADOW and knows no epochs: it still holds the old binary's 8 s lease and the one it
+        # Legacy decides in SHADOW and knows no epochs: it still holds the old binary's 120 s lease and the one it
         # recorded for the claim.v1 worker's 300 s claim (issue 34, point 6) — the header says so.
         expect(page.locator("#live")).to_contain_text("live leases: 2", timeout=10_000)
         expect(page.locator("#legacy-note")).to_contain_text("2 live in it now, and the drain waits for them")
-        db_clock.travel(9)  # the old binary's legacy lease runs out
+        db_clock.travel(121)  # the old binary's legacy lease runs out
         _drain_checks_until(1)
         expect(page.locator("#live")).to_contain_text("live leases: 1", timeout=10_000)
-        db_clock.travel(300)  # and the one legacy kept for the fenced claim.v1 worker
+        db_clock.travel(180)  # and the one legacy kept for the fenced claim.v1 worker (300 s, 301 s ago)
         for _ in range(2):  # the drain check, as beat runs it
             drain_snapshot(namespace="orders")
         expect(page.locator("#live")).to_contain_text("live leases: 0", timeout=10_000)
