@@ -8,7 +8,19 @@ from django.urls import path
 
 from claims.urls import namespace_urls, worker_urls  # (importing claims.urls registers the converters)
 
-from . import legacy_apis, namespace_apis, rollout_apis, worker_apis
+from . import legacy_apis, namespace_apis, rollout_apis, views, worker_apis
+
+# The rollout's console pages (controlplane/console_urls.py mounts them beside the core's and the on-call tools').
+console_pages = [
+    path("ns/<ns:ns>/", views.rollout_page, name="rollout"),
+    path("ns/<ns:ns>/advance", views.advance, name="advance"),
+    path("ns/<ns:ns>/rollback", views.rollback, name="rollback"),
+    path("ns/<ns:ns>/waive", views.waive, name="waive"),
+    path("ns/<ns:ns>/mismatches", views.mismatches, name="mismatches"),
+    path("ns/<ns:ns>/mismatches/review", views.mismatches_review, name="mismatches-review"),
+    path("mismatches/<int:mismatch_id>", views.mismatch_detail, name="mismatch"),
+    path("mismatches/<int:mismatch_id>/mark", views.mismatch_mark, name="mismatch-mark"),
+]
 
 legacy_urlpatterns = [
     path("tasks/<task_id:task_id>/claim", legacy_apis.LegacyClaimApi.as_view(), name="legacy-claim"),

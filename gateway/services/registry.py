@@ -5,10 +5,11 @@ change those."""
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import models, transaction
 
 from claims import clock
 from claims.errors import Invalid
@@ -82,27 +83,41 @@ def _save_downstream(
         "trust_annotations": trust_annotations,
         "enabled": enabled,
     }
-    row, created = Downstream.objects.update_or_create(
-        name=name,
-        defaults=values,
-        create_defaults={**values, "created_at": now, "created_by": principal.name},
-    )
-    audit(
+    return _audited_save(
+        Downstream,
+        {"name": name},
+        values,
         principal=principal,
+        now=now,
         action="mcp_downstream_save",
-        at=now,
         target=name,
+        # the environment's values may be secrets: their names only
         detail={
-            "created": created,
-            "prefix": prefix,
-            "transport": transport,
-            "command": command,
-            "url": url,
-            "enabled": enabled,
-            # the environment's values may be secrets: their names only
-            "env": sorted((env or {}).keys()),
+            **{k: values[k] for k in ("prefix", "transport", "command", "url", "enabled")},
+            "env": sorted(values["env"]),
         },
+        on_create={"created_at": now, "created_by": principal.name},
     )
+
+
+def _audited_save(
+    model: type[models.Model],
+    lookup: dict[str, Any],
+    values: dict[str, Any],
+    *,
+    principal: Principal,
+    now: datetime,
+    action: str,
+    target: str,
+    detail: dict[str, Any],
+    on_create: dict[str, Any] | None = None,
+) -> Any:
+    """One row of the gateway's configuration created or changed (``on_create``: what is set only when it is
+    created), audited with its principal and whether it was created; the cached configuration forgotten at commit."""
+    row, created = model.objects.update_or_create(
+        **lookup, defaults=values, create_defaults={**values, **(on_create or {})}
+    )
+    audit(principal=principal, action=action, at=now, target=target, detail={"created": created, **detail})
     transaction.on_commit(selectors.forget)
     return row
 
@@ -182,17 +197,13 @@ def _set_rule(
         "occurred_text": occurred_text,
     }
     now = clock.now()
-    row, _ = ToolRule.objects.update_or_create(
-        downstream=downstream,
-        tool=tool,
-        defaults={**values, "updated_at": now, "updated_by": principal.name},
-    )
-    audit(
+    return _audited_save(
+        ToolRule,
+        {"downstream": downstream, "tool": tool},
+        {**values, "updated_at": now, "updated_by": principal.name},
         principal=principal,
+        now=now,
         action="mcp_tool_rule_set",
-        at=now,
         target=f"{downstream}/{tool}",
         detail=values,
     )
-    transaction.on_commit(selectors.forget)
-    return row
