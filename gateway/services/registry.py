@@ -73,7 +73,7 @@ def _save_downstream(
     now = clock.now()
     if Downstream.objects.exclude(name=name).filter(prefix=prefix).exists():
         raise Invalid({"prefix": [f"Prefix {prefix!r} is another server's."]})
-    values = {
+    values: dict[str, Any] = {
         "prefix": prefix,
         "transport": transport,
         "command": command,
@@ -114,7 +114,7 @@ def _audited_save(
 ) -> Any:
     """One row of the gateway's configuration created or changed (``on_create``: what is set only when it is
     created), audited with its principal and whether it was created; the cached configuration forgotten at commit."""
-    row, created = model.objects.update_or_create(
+    row, created = model._default_manager.update_or_create(
         **lookup, defaults=values, create_defaults={**values, **(on_create or {})}
     )
     audit(principal=principal, action=action, at=now, target=target, detail={"created": created, **detail})
