@@ -46,13 +46,17 @@ serve: $(BIN)/.runtime
 # The whole suite, then the core's, the on-call tools' and the gateway's tests again with the rollout app uninstalled
 # (controlplane.settings.test_core leaves it out; tests/support/without_rollout.py makes it unimportable, for the
 # product and the tests alike): deleting rollout/ leaves a working claim.v1 service, its on-call tools and gateway.
+# Two test processes (pytest-xdist; tests/support/parallel.py says what they share), then the tests that restart
+# PostgreSQL, alone.
+TEST_PROCESSES ?= 2
 test: lint
 	-@scripts/install-browser.sh
 	-@scripts/install-node.sh
 	-@scripts/install-topology.sh
 	-@scripts/install-mysql-client.sh
 	-@scripts/install-mcp-servers.sh
-	$(BIN)/pytest --durations=30
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadgroup -m "not serial" --durations=30
+	$(BIN)/pytest -m serial -p no:cacheprovider
 	$(BIN)/python -m pytest tests/claims tests/oncall tests/gateway --ds=controlplane.settings.test_core \
 		-p tests.support.without_rollout -p no:cacheprovider
 

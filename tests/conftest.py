@@ -3,6 +3,7 @@
 - ``actors``: named actors (``worker_a``, ``operator``, …) whose calls read like the contract, and the clock;
 - ``races``: competing parties on their own connections, pause points, held row locks, lock-waiter polls;
 - ``processes``: real Celery worker processes and the effect target;
+- ``parallel``: which tests share a process when the suite runs in several (pytest-xdist, ``make test``);
 - ``rollout``: a namespace's stage as the rollout records it, and its stage history replayed (imported by the
   rollout's tests; not a plugin, so the core's tests run without the rollout app).
 """
@@ -16,7 +17,12 @@ import pytest
 from claims import clock, interleave
 from claims.auth import tokens
 
-pytest_plugins = ["tests.support.actors", "tests.support.races", "tests.support.processes"]
+pytest_plugins = [
+    "tests.support.actors",
+    "tests.support.races",
+    "tests.support.processes",
+    "tests.support.parallel",
+]
 
 
 @pytest.fixture(autouse=True)

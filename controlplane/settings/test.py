@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from importlib.util import find_spec
+from urllib.parse import urlsplit
 
 from . import *  # noqa: F401,F403
 from .base import DATABASES, INSTALLED_APPS, legacy_options
+from .celery import CELERY_BROKER_URL
 from .env import env_bool, env_int, env_list, env_str
 
 # A downstream receiver's guard table (claim_client.receiver, clients/python), for its tests.
@@ -16,6 +19,20 @@ DISPATCH_ALLOWED_HOSTS = env_list("DISPATCH_ALLOWED_HOSTS", ["127.0.0.1", "local
 DISPATCH_TIMEOUT_SECONDS = env_int("DISPATCH_TIMEOUT_SECONDS", 2, minimum=1)
 # Tests share principal names across cases; the rate-limit test turns the limit on for itself.
 API_RATE_LIMIT = ""
+
+# The suite in several processes (pytest-xdist, tests/support/parallel.py): each process its own Redis database for
+# jobs (15 → 14, 13, …), so that one's workers never take another's jobs and one's flush never drops another's. Set
+# in the environment too, once: the workers and servers a test starts inherit it and must not move it again.
+_xdist_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if (
+    _xdist_worker
+    and CELERY_BROKER_URL.startswith("redis://")
+    and not os.environ.get("TEST_BROKER_PER_PROCESS")
+):
+    _url = urlsplit(CELERY_BROKER_URL)
+    _index = (int(_url.path.strip("/") or 0) - 1 - int(_xdist_worker.removeprefix("gw"))) % 16
+    CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"] = _url._replace(path=f"/{_index}").geturl()
+    os.environ["TEST_BROKER_PER_PROCESS"] = "1"
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

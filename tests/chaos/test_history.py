@@ -276,6 +276,7 @@ def test_invariants_hold_over_a_history_with_pauses_kills_terminated_connections
 
 
 @pytest.mark.postgres
+@pytest.mark.serial
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120 + SECONDS * 4)
 def test_nothing_acknowledged_is_lost_when_postgres_restarts_under_load(server, tmp_path):

@@ -11,7 +11,7 @@ from django.db import connection
 from tests.support.actors import ensure_default_namespace, make_actor
 from tests.support.processes import can_restart_postgres, restart_postgres
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.serial, pytest.mark.django_db(transaction=True)]
 
 
 def test_no_503_after_a_restart_once_postgres_answers(app_servers):

@@ -75,7 +75,9 @@ class Load:
             while not self.stop.is_set():
                 task_id = operator.create(namespace=ns).json()["task_id"]
                 epoch = Namespace.objects.get(name=ns).scheduler_epoch
-                claim = worker.claim(task_id, epoch=epoch)
+                # A short lease: a claim in flight when the fence lands leaves legacy (no epochs) a lease the drain
+                # counts until it runs out — seconds, not the default 30 (a CI run counted it: 3 live, not 2).
+                claim = worker.claim(task_id, epoch=epoch, ttl=3)
                 self.answers.append(claim.status_code)
                 if claim.status_code == 200:
                     self.answers.append(worker.commit_inline(claim.json(), {"ns": ns}).status_code)

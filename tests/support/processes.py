@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from django.db import connections
 
 from deploy.topology import AppServer
 
@@ -45,10 +45,20 @@ def _redis_broker() -> str | None:
     return url
 
 
-def process_database_url() -> str:
-    """The test database as a DATABASE_URL, for the server and worker processes the tests start."""
-    db = connection.settings_dict
+def process_database_url(alias: str = "default") -> str:
+    """A test database as a URL, for the server and worker processes the tests start."""
+    db = connections[alias].settings_dict
     return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def process_databases() -> dict[str, str]:
+    """The test databases as the environment of a process the tests start: ours, and the PostgreSQL one beside it
+    that stands for a team's legacy database (the ``legacy`` alias) — by name, since in several test processes
+    (pytest-xdist) its test name is not ours with ``_legacy`` added."""
+    env = {"DATABASE_URL": process_database_url()}
+    if "legacy" in connections and connections["legacy"].vendor == "postgresql":
+        env["LEGACY_DATABASE_URL"] = process_database_url("legacy")
+    return env
 
 
 # Job workers that give up on a dead sender's delivery or fence quickly enough for a test (the dispatch window must
@@ -72,7 +82,7 @@ class CeleryWorkers:
             **os.environ,
             # the suite's own settings: the whole control plane, or the core alone (its database has no rollout tables)
             "DJANGO_SETTINGS_MODULE": settings.SETTINGS_MODULE,
-            "DATABASE_URL": process_database_url(),
+            **process_databases(),
             "CELERY_BROKER_URL": broker,
             "CELERY_TASK_ALWAYS_EAGER": "false",
         }
@@ -165,7 +175,7 @@ def server_process(**extra_env: str) -> Iterator[tuple[str, subprocess.Popen]]:
         **os.environ,
         "DJANGO_SETTINGS_MODULE": settings.SETTINGS_MODULE,
         "DEBUG": "false",
-        "DATABASE_URL": process_database_url(),
+        **process_databases(),
         "DATABASE_CONN_MAX_AGE": "60",
         **extra_env,
     }
