@@ -58,7 +58,7 @@ test: lint
 	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadgroup -m "not serial" --durations=30
 	$(BIN)/pytest -m serial -p no:cacheprovider
 	$(BIN)/python -m pytest tests/claims tests/oncall tests/gateway --ds=controlplane.settings.test_core \
-		-p tests.support.without_rollout -p no:cacheprovider
+		-p tests.support.without_rollout -p no:cacheprovider -n $(TEST_PROCESSES) --dist loadgroup
 
 # The OpenAPI schema the clients are built from (clients/openapi.json; a test fails when it is stale).
 schema: $(BIN)/.runtime
