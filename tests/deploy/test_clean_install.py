@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -44,8 +46,6 @@ def _pythons() -> list[str]:
 
 
 def _listening(url: str) -> bool:
-    import socket
-
     parts = urlsplit(url)
     with socket.socket() as s:
         s.settimeout(1)
@@ -55,8 +55,23 @@ def _listening(url: str) -> bool:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # Built from a copy of the checkout: setuptools writes build/ and the egg-info into the tree it builds, and
+    # another build of the checkout at the same time (another test process, a developer's) would pull them away.
+    source = tmp_path_factory.mktemp("source") / "claim-control-plane"
+    ignored = (
+        ".git",
+        ".venv",
+        "build",
+        "*.egg-info",
+        "node_modules",
+        "var",
+        "__pycache__",
+        ".*_cache",
+        ".hypothesis",
+    )
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*ignored))
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(source)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -4,11 +4,13 @@ for jobs (controlplane/settings/test.py); what is shared beyond that decides whe
 
 - a module's tests run in one process, so that its module- and session-scoped set-ups (a clean venv per Python, a
   packed client) are made once;
-- tests that follow a legacy change stream share one process: the logical replication slot and publication are
-  per cluster and the binlog reader's server_id per server, so two readers at once would take each other's place;
+- tests that follow a legacy change stream (and the drills and soaks that name every legacy database) run alone
+  after the rest, as ``serial`` tests: the logical replication slot and publication are per cluster and the binlog
+  reader's server_id per server, and their observer processes keep time with short leases — beside another
+  process's load, one CI run saw a drill's observer fall 30 s behind and a proxy drill count mismatches twice;
 - the SDK tests share one process: they run ``npm ci`` in clients/typescript, which the others copy;
-- tests marked ``serial`` restart the PostgreSQL every process uses: ``make test`` runs them alone, after the rest
-  (``-m serial``).
+- tests marked ``serial`` (those, and the two that restart the PostgreSQL every process uses) run alone after the
+  rest: ``make test`` runs them with ``-m serial``.
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ def group_of(item: pytest.Item) -> str:
 def pytest_collection_modifyitems(config, items):
     in_parallel = bool(os.environ.get("PYTEST_XDIST_WORKER"))
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(group_of(item)))
+        group = group_of(item)
+        item.add_marker(pytest.mark.xdist_group(group))
+        if group == "legacy-stream":
+            item.add_marker(pytest.mark.serial)
         if in_parallel and "serial" in item.keywords:
             item.add_marker(
                 pytest.mark.skip(
-                    reason="restarts the PostgreSQL the other test processes use: run it alone (make test does, with -m serial)"
+                    reason="runs alone, not beside other test processes (make test runs it after them, with -m serial)"
                 )
             )
