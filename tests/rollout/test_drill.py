@@ -124,7 +124,9 @@ def test_the_migration_drill(alias, mode, operator, settings):
         feeder = Loop(
             lambda: jobs.append(task_in_both(operator, their, POOL)), pause=0.1
         )  # work keeps coming
-        old = [_worker(alias, mode, f"old-{i}") for i in range(3)]
+        # The old pool's leases outlast any stall of a busy machine (its work takes 0.05 s): with 3 s, two CI runs saw
+        # a pool lease run out mid-job and a genuine second STALE_COMMIT_ACCEPTED beside the one the drill injects.
+        old = [_worker(alias, mode, f"old-{i}", ttl=15.0) for i in range(3)]
         stop = threading.Event()
         pool = [run_in_thread(lambda w=w: run(w, POOL, stop, work_seconds=0.05))[0] for w in old]
         try:
