@@ -46,8 +46,8 @@ serve: $(BIN)/.runtime
 # The whole suite, then the core's, the on-call tools' and the gateway's tests again with the rollout app uninstalled
 # (controlplane.settings.test_core leaves it out; tests/support/without_rollout.py makes it unimportable, for the
 # product and the tests alike): deleting rollout/ leaves a working claim.v1 service, its on-call tools and gateway.
-# Two test processes (pytest-xdist; tests/support/parallel.py says what they share), then the tests that restart
-# PostgreSQL, alone.
+# Two test processes (pytest-xdist; tests/support/parallel.py says what they share), then the serial tests alone
+# (those that follow a legacy change stream or restart PostgreSQL).
 TEST_PROCESSES ?= 2
 test: lint
 	-@scripts/install-browser.sh
