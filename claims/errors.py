@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.db import InterfaceError, OperationalError
+from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import Http404
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
@@ -222,6 +222,37 @@ STATUS_OUTCOMES = {
 }
 
 
+# SQLSTATEs that mean "not now" rather than "never": the database is switching over (its history changed under the
+# control plane — ``claims_serving_check()`` — or the node answering is a standby or shutting down).
+HISTORY_CHANGED = "P0F01"
+_NOT_NOW = {
+    HISTORY_CHANGED: "the database failed over; the control plane has checked the new history: retry",
+    "25006": "the database node is read-only (a failover is under way): retry",  # read_only_sql_transaction
+    "55000": "the database node is a standby (a failover is under way): retry",  # pg_current_wal_lsn() there
+    "57P01": "the database is shutting down: retry",
+    "57P02": "the database is restarting after a crash: retry",
+    "57P03": "the database is starting up: retry",
+}
+
+
+def database_unavailable(exc: BaseException) -> str | None:
+    """Why ``exc`` is a database that cannot decide now (restarting, failing over, unreachable), or None.
+    Nothing was decided: the transaction rolled back, and the client may send the request again."""
+    if not isinstance(exc, DatabaseError):
+        return None
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    if sqlstate in _NOT_NOW:
+        return _NOT_NOW[sqlstate]
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        return "the database is unavailable; retry"
+    return None
+
+
+def history_changed(exc: BaseException) -> bool:
+    """``exc`` is a decision refused because the database's history changed (``services.serving``)."""
+    return isinstance(exc, DatabaseError) and getattr(exc.__cause__, "sqlstate", None) == HISTORY_CHANGED
+
+
 def _field_errors(detail: Any) -> dict[str, list[str]]:
     if isinstance(detail, dict):
         return {str(key): _messages(value) for key, value in detail.items()}
@@ -281,13 +312,13 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return Response({"outcome": "INVALID", "errors": {"body": [str(exc.detail)]}}, status=415)
     if isinstance(exc, drf.NotAcceptable):
         return Response({"outcome": "NOT_ACCEPTABLE", "detail": str(exc.detail)}, status=406)
-    if isinstance(exc, (OperationalError, InterfaceError)):
-        # The database is unreachable (restarting, failing over, connections terminated): nothing was decided,
-        # so the client may retry. A 503, not a 500 — and never a partial decision: the transaction rolled back.
-        response = Response(
-            {"outcome": "UNAVAILABLE", "detail": "the database is unavailable; retry"}, status=503
-        )
+    unavailable = database_unavailable(exc)
+    if unavailable:
+        # The database is unreachable, restarting or failing over: the transaction rolled back, so the client may
+        # retry. A 503, not a 500 — and never a partial decision.
+        response = Response({"outcome": "UNAVAILABLE", "detail": unavailable}, status=503)
         response["Retry-After"] = "1"
+        response.history_changed = history_changed(exc)  # type: ignore[attr-defined]  # DatabaseFailover acts on it
         return response
     if isinstance(exc, drf.Throttled):
         response = Response({"outcome": "THROTTLED", "detail": str(exc.detail)}, status=429)

@@ -10,6 +10,7 @@ from .services import leases_reap
 from .services.dispatch_delivery import dispatch_deliver, dispatch_stuck
 from .services.metrics import metrics_fold
 from .services.retention import history_prune
+from .services.serving import serving_check
 
 
 @shared_task(
@@ -33,6 +34,16 @@ def reap_expired_leases() -> dict:
         if not got:
             return {"skipped": "another run holds the lock"}
         return {"reaped": leases_reap()}  # the service owns its transaction
+
+
+@shared_task(name="claims.check_serving")
+def check_serving() -> dict:
+    """Periodic: record the database's history if it changed (a failover; synchronous replication switched), and
+    fence if it must — for the processes that answer no request, whose decisions wait on it (services.serving)."""
+    row = serving_check()
+    if row is None:
+        return {"changed": False}
+    return {"changed": True, "timeline": row.timeline, "synchronous": row.synchronous, "fenced": row.fenced}
 
 
 @shared_task(name="claims.redeliver_dispatches")

@@ -249,8 +249,9 @@ def _rendered(response: Any) -> Any:
         response.content, status=response.status_code, reason=response.reason_phrase, headers=response.headers
     )
     plain.cookies = response.cookies
-    if hasattr(response, "claim_wait"):
-        plain.claim_wait = response.claim_wait  # type: ignore[attr-defined]
+    for mark in ("claim_wait", "history_changed"):  # what the middleware and the waiting views read off it
+        if hasattr(response, mark):
+            setattr(plain, mark, getattr(response, mark))
     return plain
 
 

@@ -20,12 +20,17 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_asy
 from django.contrib.auth.middleware import AuthenticationMiddleware as _Authentication
 from django.contrib.messages.middleware import MessageMiddleware as _Messages
 from django.contrib.sessions.middleware import SessionMiddleware as _Sessions
+from django.db import connection
+from django.http import HttpResponse, JsonResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware as _XFrameOptions
 from django.middleware.common import CommonMiddleware as _Common
 from django.middleware.csrf import CsrfViewMiddleware as _Csrf
 from django.middleware.security import SecurityMiddleware as _Security
 from prometheus_client import Histogram
 from whitenoise.middleware import WhiteNoiseMiddleware as _WhiteNoise
+
+from claims.errors import database_unavailable, history_changed
+from claims.services.serving import serving_check
 
 API_PREFIX = "/api/"
 
@@ -153,6 +158,53 @@ class RequestLatency(_BothModes):
         response = await self.get_response(request)
         _observe(request, response, time.perf_counter() - started)
         return response
+
+
+class DatabaseFailover(_BothModes):
+    """A database that cannot decide now is a 503 with Retry-After at every door, never a 500 (issue 39): the
+    API's answers are shaped by ``claims.errors.exception_handler``; the console's and the admin's here
+    (``process_exception``). When the answer is that the database's history changed under the control plane — a
+    failover — the server records the new history, and fences if it must, before the answer leaves
+    (``claims.services.serving.serving_check``), so the client's retry is decided on the checked history."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self._take_mode(get_response)
+
+    def __call__(self, request):
+        if self.async_mode:
+            return self.__acall__(request)
+        response = self.get_response(request)
+        if getattr(response, "history_changed", False):
+            serving_check()
+        return response
+
+    async def __acall__(self, request):
+        response = await self.get_response(request)
+        if getattr(response, "history_changed", False):
+            await sync_to_async(_check_on_own_connection, thread_sensitive=False)()
+        return response
+
+    def process_exception(self, request, exc):
+        why = database_unavailable(exc)
+        if why is None:
+            return None
+        if request.path.startswith(API_PREFIX):
+            response = JsonResponse({"outcome": "UNAVAILABLE", "detail": why}, status=503)
+        else:
+            response = HttpResponse(f"Service unavailable: {why}.", status=503, content_type="text/plain")
+        response["Retry-After"] = "1"
+        response.history_changed = history_changed(exc)
+        return response
+
+
+def _check_on_own_connection() -> None:
+    """``serving_check`` on a connection opened for it: after a failover, a thread's older connection may still
+    point at the node that died."""
+    try:
+        serving_check()
+    finally:
+        connection.close()
 
 
 def _observe(request, response, seconds: float) -> None:

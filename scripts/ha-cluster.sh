@@ -213,13 +213,21 @@ kill_leader() {
   log "no new leader within 90 s"; exit 1
 }
 
+leader_asynchronous() {  # the leader's commits wait for no standby any more
+  [ -z "$(psql -h 127.0.0.1 -p "$(pg_port "$(leader)")" -U postgres -d postgres -Atc "show synchronous_standby_names")" ]
+}
+
 set_sync() {
   local value=true
   [ "$1" = off ] && value=false
   local node; node="$(leader)"
   as_postgres patronictl -c "$DIR/$node/patroni.yml" edit-config --force \
     -s "synchronous_mode=$value" >/dev/null
-  if [ "$value" = true ]; then wait_for 60 "a synchronous standby" sync_standby_present; fi
+  if [ "$value" = true ]; then
+    wait_for 60 "a synchronous standby" sync_standby_present
+  else
+    wait_for 30 "the leader to stop waiting for a standby" leader_asynchronous
+  fi
   log "synchronous_mode=$value"
 }
 

@@ -23,6 +23,7 @@ from .core import (
 from .effects import DispatchIntent, DispatchState, Effect, EffectEvent, EffectState
 from .metrics import JobRun, MetricFold, MetricTally, MinuteTally
 from .resources import Resource, ResourceKey, TaskResource
+from .serving import ServedHistory
 
 __all__ = [
     "AcceptancePoint",
@@ -45,6 +46,7 @@ __all__ = [
     "Resource",
     "ResourceKey",
     "Role",
+    "ServedHistory",
     "StagedResult",
     "Task",
     "TaskDependency",

@@ -52,6 +52,8 @@ def epoch_fence(
     reason: str,
     fence_id: uuid.UUID | None = None,
     hold: str = "",
+    pause: bool = True,
+    action: str = "epoch_fence",
 ) -> Namespace:
     """Stop new claims and bump the epoch: every attempt granted before this moment is fenced at every
     acceptance point, whatever epoch it later sends. Composes into the caller's transaction (the on-call tools
@@ -60,7 +62,9 @@ def epoch_fence(
     ``fence_id`` makes the fence idempotent: a caller that runs again with the same id finds the fence recorded
     (under the namespace row lock, so two runs at once cannot both bump) and changes nothing.
     ``selectors.fence_epoch_of(fence_id)`` tells which epoch that fence started. ``hold`` names who alone may lift
-    the pause (``namespace_release_hold``); until then resume is refused (PAUSE_HELD).
+    the pause (``namespace_release_hold``); until then resume is refused (PAUSE_HELD). ``pause=False``: the epoch
+    moves and claims go on (a failover's system fence, ``serving_check``, leaves nothing to resume by hand); ``action``
+    is the audit entry's.
 
     1. Lock the namespace row FOR NO KEY UPDATE — first, never after a FOR SHARE of it (two fences or a fence
        and a resume that both upgrade deadlock). The lock waits for every decision in flight (they hold it FOR
@@ -82,14 +86,16 @@ def epoch_fence(
         ):
             return Namespace.objects.get(pk=ns.id)
         epoch = ns.scheduler_epoch + 1
-        changes = {"scheduler_epoch": epoch, "claims_paused": True, "updated_at": ns.now}
+        changes: dict[str, object] = {"scheduler_epoch": epoch, "updated_at": ns.now}
+        if pause:
+            changes["claims_paused"] = True
         if hold and not ns.pause_hold:
             changes["pause_hold"] = hold
         Namespace.objects.filter(pk=ns.id).update(**changes)
         live = _end_open_attempts(ns, epoch, principal=principal, reason=reason)
         ns.audit(
             principal,
-            "epoch_fence",
+            action,
             target=f"fence:{fence_id}" if fence_id else "",
             reason=reason,
             detail={
@@ -98,7 +104,9 @@ def epoch_fence(
                 **({"hold": hold} if hold else {}),
             },
         )
-        wakeups.claimable(namespace, wakeups.EVERYONE)  # each waiter answers: claims are paused
+        wakeups.claimable(
+            namespace, wakeups.EVERYONE
+        )  # each waiter answers: claims are paused, or its epoch is old
         # The fenced attempts' keys are free for the tasks that list them — in other namespaces too.
         wakeups.keys_freed(
             key

@@ -22,10 +22,17 @@ def after_locks(sql: str) -> str:
     judge a lease on a clock from before the wait, and a lease that ran out meanwhile — while another
     transaction took the task or its resource — would still look live. The materialised CTE takes the locks;
     the outer SELECT evaluates ``clock_timestamp()`` per row it reads from the CTE, that is after the lock is
-    held. One statement, one round trip. On SQLite the server's clock is read in Python: NULL here."""
+    held. One statement, one round trip. On SQLite the server's clock is read in Python: NULL here.
+
+    On PostgreSQL the same statement checks the history it decides on (``claims_serving_check()``, migration 0024;
+    evaluated once, as an InitPlan): after a failover or a change of synchronous replication it raises SQLSTATE
+    P0F01 instead, before anything is decided, and ``services.serving`` records the new history first."""
     if not _sql.is_postgres():
         return f"SELECT locked.*, NULL AS db_now FROM ({sql}) locked"
-    return f"WITH locked AS MATERIALIZED ({sql}) SELECT locked.*, clock_timestamp() AS db_now FROM locked"
+    return (
+        f"WITH locked AS MATERIALIZED ({sql}) SELECT locked.*, clock_timestamp() AS db_now, "
+        "(SELECT claims_serving_check()) AS db_timeline FROM locked"
+    )
 
 
 def lock_rows(table: str, where: str, order: str, lock: str) -> str:

@@ -112,6 +112,8 @@ MIDDLEWARE = _Middleware(
     [
         # Every request's time by route, for /metrics (thread-free under ASGI).
         "controlplane.middleware.RequestLatency",
+        # A database failing over is a 503 at every door; a changed history is recorded (and fenced) first.
+        "controlplane.middleware.DatabaseFailover",
         # Django's and WhiteNoise's, thread-free under ASGI (controlplane/middleware.py).
         "controlplane.middleware.SecurityMiddleware",
         "controlplane.middleware.StaticFiles",
@@ -201,6 +203,14 @@ else:
         },
     }
 DATABASES = {"default": _db}
+# What a failover does (PostgreSQL; docs/deployment.md "High availability"). The control plane records the cluster,
+# timeline and synchronous state it serves from (claims.ServedHistory); on a new timeline it bumps every namespace's
+# epoch before any decision on the new history — "auto": unless the history it served was synchronous when last
+# seen (Patroni's synchronous mode promotes only a standby that has every acknowledged commit); "always": on every
+# new timeline and every new cluster.
+DATABASE_FAILOVER_FENCE = env_str("DATABASE_FAILOVER_FENCE", "auto")
+if DATABASE_FAILOVER_FENCE not in ("auto", "always"):
+    raise ImproperlyConfigured("DATABASE_FAILOVER_FENCE must be auto or always")
 # A team's own legacy claim table, in its own database (rollout.legacy_table, docs/adopting.md): PostgreSQL or
 # MySQL/MariaDB. The control plane never migrates it (controlplane.routers) and writes only the mapped columns.
 LEGACY_DATABASE_URL = env_str("LEGACY_DATABASE_URL", "")

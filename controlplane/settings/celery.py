@@ -32,6 +32,7 @@ CELERY_TIMEZONE = "UTC"
 # Periodic jobs (celery beat). The embedded default (`make run`) runs a worker with beat next to the server.
 CELERY_BEAT_SCHEDULE = {
     "reap-expired-leases": {"task": "claims.reap_expired_leases", "schedule": 10.0},
+    "check-serving": {"task": "claims.check_serving", "schedule": 5.0},
     "fold-metrics": {"task": "claims.fold_metrics", "schedule": 15.0},
     "prune-history": {"task": "claims.prune_history", "schedule": 300.0},
     "prune-rollout-history": {"task": "rollout.prune_history", "schedule": 300.0},
