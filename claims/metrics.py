@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import REGISTRY, Collector
 
 from . import clock, selectors, tallies
+from .database import database_state
 from .models import MetricTally
 from .tallies import HISTOGRAMS, Figures
 
@@ -108,6 +109,7 @@ class ClaimsCollector(Collector):
         age.add_metric([], (clock.now() - folded_at).total_seconds() if folded_at else float("nan"))
         yield age
         yield from _job_families()
+        yield from _database_families()
 
 
 def _job_families() -> Iterator:
@@ -135,6 +137,60 @@ def _job_families() -> Iterator:
     yield age
     yield interval
     yield runs
+
+
+def _database_families() -> Iterator:
+    """The database the decisions are made in (issue 39; ``database.database_state``): its role, timeline and
+    synchronous replication now, each standby's lag, and the failovers the control plane has recorded and fenced.
+    On SQLite the families are there without samples."""
+    state = database_state()
+    families = {
+        "claims_database_primary": GaugeMetricFamily(
+            "claims_database_primary", "1 while the database answering is the primary (0: a standby)."
+        ),
+        "claims_database_timeline": GaugeMetricFamily(
+            "claims_database_timeline", "The timeline the database writes on (a promotion moves it)."
+        ),
+        "claims_database_synchronous": GaugeMetricFamily(
+            "claims_database_synchronous", "1 while commits wait for a synchronous standby."
+        ),
+        "claims_database_sync_standbys": GaugeMetricFamily(
+            "claims_database_sync_standbys", "Standbys streaming as synchronous ones."
+        ),
+        "claims_database_history_unchecked": GaugeMetricFamily(
+            "claims_database_history_unchecked",
+            "1 while the database serves a timeline the control plane has not recorded (decisions wait for it).",
+        ),
+    }
+    lag = GaugeMetricFamily(
+        "claims_database_replication_lag_bytes",
+        "WAL a standby has not replayed yet.",
+        labels=["standby", "sync"],
+    )
+    failovers = CounterMetricFamily(
+        "claims_database_failovers", "New timelines (or clusters) the control plane has found and recorded."
+    )
+    fences = CounterMetricFamily(
+        "claims_database_failover_fences",
+        "Failovers fenced: every namespace's epoch bumped (failover_fence).",
+    )
+    if state.vendor == "postgresql":
+        families["claims_database_primary"].add_metric([], float(state.primary))
+        families["claims_database_timeline"].add_metric([], float(state.timeline or 0))
+        families["claims_database_synchronous"].add_metric([], float(state.synchronous))
+        families["claims_database_sync_standbys"].add_metric([], float(state.sync_standbys))
+        families["claims_database_history_unchecked"].add_metric([], float(state.unchecked))
+        for standby in state.standbys:
+            lag.add_metric(
+                [standby.name, standby.sync_state],
+                float(standby.lag_bytes) if standby.lag_bytes is not None else float("nan"),
+            )
+        failovers.add_metric([], float(state.failovers))
+        fences.add_metric([], float(state.fences))
+    yield from families.values()
+    yield lag
+    yield failovers
+    yield fences
 
 
 _registered = False

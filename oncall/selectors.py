@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db.models import Count
 
 from claims import clock
+from claims.database import database_state
 from claims.models import (
     AcceptancePoint,
     Attempt,
@@ -185,6 +186,7 @@ def incident(namespace: Namespace, now: datetime | None = None) -> dict[str, Any
         "check_failed": last_request is not None and last_request.status == "CHECK_FAILED",
         "fences_waiting": len(waiting),
         "jobs_behind": behind + facts["jobs_behind"],
+        "database": database_state(),
     }
 
 

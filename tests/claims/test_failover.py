@@ -8,13 +8,16 @@ and the server first records the live history, fencing every namespace when the 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.db import connection
-from django.test import override_settings
+from django.test import Client, override_settings
 
 from claims.models import AuditEntry, Namespace, ServedHistory, Task
 from claims.services.serving import serving_check, serving_live
 from claims.tasks import check_serving
+from tests.support.console import login
 from tests.support.processes import wait_for
 from tests.support.races import Pause, run_in_thread, wait_done_or_waiting
 
@@ -166,3 +169,38 @@ def test_the_periodic_job_runs_in_a_real_worker_process(celery_worker_process, d
     assert wait_for(lambda: AuditEntry.objects.filter(action="failover_fence").exists())
     assert ServedHistory.objects.latest("id").fenced
     assert Namespace.objects.get(name="default").scheduler_epoch == 2
+
+
+def _metric(page: str, name: str) -> float:
+    match = re.search(rf"^{name} (\S+)$", page, flags=re.MULTILINE)
+    assert match, f"{name} is not on /metrics"
+    return float(match.group(1))
+
+
+def test_metrics_and_the_incident_header_show_the_database_and_its_failovers(worker_a, ready_task, settings):
+    settings.METRICS_TOKEN = ""
+    live = serving_live()
+    before = Client().get("/metrics").content.decode()
+    assert _metric(before, "claims_database_primary") == 1
+    assert _metric(before, "claims_database_timeline") == live.timeline
+    assert _metric(before, "claims_database_synchronous") == float(live.synchronous)
+    assert _metric(before, "claims_database_history_unchecked") == 0
+    failovers = _metric(before, "claims_database_failovers_total")
+
+    _served_before(synchronous=False)
+    unchecked = Client().get("/metrics").content.decode()
+    rows = ServedHistory.objects.count()
+    assert _metric(unchecked, "claims_database_history_unchecked") == 1
+    assert ServedHistory.objects.count() == rows  # a read never records, nor fences
+    claim = worker_a.claim(ready_task)
+    assert claim.status_code == 503
+
+    after = Client().get("/metrics").content.decode()
+    # Two new histories recorded: the one this test made up to stand for "before", then the live one again.
+    assert _metric(after, "claims_database_failovers_total") == failovers + 2
+    assert _metric(after, "claims_database_failover_fences_total") >= 1
+    assert _metric(after, "claims_database_history_unchecked") == 0
+    page = login("viewer").get("/ns/default/incident")
+    database = page.context["incident"]["database"]
+    assert database.timeline == live.timeline and database.last_failover_fenced
+    assert b'id="db-fenced"' in page.content and b'timeline <strong id="db-timeline">' in page.content

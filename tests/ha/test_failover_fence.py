@@ -18,6 +18,8 @@ renews its lease there.
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 
@@ -177,6 +179,9 @@ def test_a_failover_that_lost_a_grant_fences_the_lost_token(cluster):
         assert stale.status_code == 409 and stale.json()["outcome"] == "FENCED", stale.text
         assert stale.json()["reason"] == "EPOCH"
         assert _renew(http, who["worker-b"], "ha-async", fresh, "worker-b").status_code == 200
+        # Seen and paged: the fenced failover is on /metrics.
+        page = http.get("/metrics").text
+        assert re.search(r"^claims_database_failover_fences_total [1-9]", page, flags=re.MULTILINE), page[-3000:]
 
     audited = cluster.sql(
         "select principal, role, namespace, reason from claims_auditentry where action = 'failover_fence' "
