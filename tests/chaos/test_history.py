@@ -6,7 +6,8 @@ and the database:
 - claim generations strictly increase per task, in the order the grants were answered;
 - no accepted commit carries an older (epoch, generation) than one accepted before it on the same task;
 - every committed result was computed on the input digest current at commit;
-- progress: healthy owners do commit.
+- progress: healthy owners do commit;
+- the recorded timelines, replayed against the Spin model of the rules (model/trace.pml), are explained.
 
 Faults (named scenarios): a worker paused with SIGSTOP past its lease and resumed; a worker killed with SIGKILL
 mid-run; the server's database connections terminated from PostgreSQL's side (pg_terminate_backend); an epoch
@@ -49,6 +50,7 @@ from oncall.models import FenceRequest
 from oncall.tasks import fence_epoch, resend_fences
 from rollout.models import DrainSnapshot, Rollback
 from rollout.tasks import advance_rollback
+from tests.support import trace
 from tests.support.actors import ensure_default_namespace, make_actor
 from tests.support.processes import FAST_RESEND_ENV, restart_postgres, running_server, wait_for
 from tests.support.races import pg_deadlocks, row_locked
@@ -181,7 +183,18 @@ def check_invariants(
             f"task {attempt.task_id}: generation {attempt.claim_generation + 1} granted at {started}, "
             f"before generation {attempt.claim_generation}'s lease ran out ({max(leases)})"
         )
+
+    # 7. trace validation: the run's timelines, replayed against the Spin model of the rules, are explained event
+    #    by event (tests/support/trace.py)
+    verdict = trace.assert_explained(_rows)
+    print(f"\nTRACE {verdict.events} recorded events explained by model/trace.pml in {verdict.seconds:.2f} s")
     return history
+
+
+def _rows(sql: str) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        return cursor.fetchall()
 
 
 def create_tasks(operator, count: int, kinds: tuple[str, ...] = ("plain",)) -> list[str]:

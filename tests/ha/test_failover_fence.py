@@ -28,15 +28,6 @@ from tests.support import ha
 pytestmark = [pytest.mark.postgres, pytest.mark.serial]
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    if not ha.can_run():
-        pytest.skip("the HA cluster needs root and Debian's PostgreSQL (CI has both)")
-    cluster = ha.Cluster(tmp_path_factory.mktemp("ha"), sync=True).up()
-    yield cluster
-    cluster.down()
-
-
 def _people(cluster):
     server = cluster.servers[0] if cluster.servers else cluster.control_plane(TOKEN_CACHE_SECONDS="0")
     tokens = {
@@ -181,7 +172,9 @@ def test_a_failover_that_lost_a_grant_fences_the_lost_token(cluster):
         assert _renew(http, who["worker-b"], "ha-async", fresh, "worker-b").status_code == 200
         # Seen and paged: the fenced failover is on /metrics.
         page = http.get("/metrics").text
-        assert re.search(r"^claims_database_failover_fences_total [1-9]", page, flags=re.MULTILINE), page[-3000:]
+        assert re.search(r"^claims_database_failover_fences_total [1-9]", page, flags=re.MULTILINE), page[
+            -3000:
+        ]
 
     audited = cluster.sql(
         "select principal, role, namespace, reason from claims_auditentry where action = 'failover_fence' "

@@ -126,6 +126,37 @@ def test_batches_inline_commit_and_a_refused_item_among_good_ones(server):
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
+def test_the_sdk_rides_through_a_failover(server):
+    """The database fails over under the worker: its claim meets a history the control plane has not recorded and
+    is answered 503 with Retry-After (tests/claims/test_failover.py); the SDK waits and sends it again — the worker
+    sees one claim, then commits."""
+    from django.db import connection
+
+    from claims.models import ServedHistory
+    from claims.services.serving import serving_live
+
+    if connection.vendor != "postgresql":
+        pytest.skip("failover is PostgreSQL's")
+    task_id = make_actor("olivia-operator", "operator").create(node_id="n").json()["task_id"]
+    worker = _cp(server, make_actor("worker-a", "worker"))
+    live = serving_live()
+    before = ServedHistory.objects.create(
+        system_identifier=live.system_identifier,
+        timeline=live.timeline + 1,
+        synchronous=True,
+        seen_at="2026-01-01T00:00:00Z",
+        cause="test: the history before the switch",
+    )
+
+    claim = worker.claim_next(scheduler_epoch=1, ttl_seconds=30)
+
+    assert claim is not None and claim.task_id == task_id
+    assert worker.commit(claim, {"ok": True}).staged_result_id
+    assert ServedHistory.objects.filter(pk__gt=before.pk).get().timeline == live.timeline
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
 def test_a_waiting_claim_next_returns_the_task_created_meanwhile(server):
     op = make_actor("olivia-operator", "operator")
     a = _cp(server, make_actor("worker-a", "worker"))

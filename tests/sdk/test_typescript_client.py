@@ -48,3 +48,41 @@ def test_the_typescript_client_claims_commits_and_is_refused_fenced_when_late(li
     task = Task.objects.get(pk=task_id)
     assert task.state == "COMMITTED" and task.result == {"by": "second"}
     assert str(StagedResult.objects.get(task_id=task_id, canonical=True).pk) == answer["staged_result_id"]
+
+
+def test_the_typescript_client_rides_through_a_failover(live_server, tmp_path):
+    """The database fails over under the client: its first request meets a history the control plane has not
+    recorded and is answered 503 with Retry-After (tests/claims/test_failover.py); the client waits and sends it
+    again, and the flow goes on as if nothing happened."""
+    from django.db import connection
+
+    from claims.models import ServedHistory
+    from claims.services.serving import serving_live
+
+    if connection.vendor != "postgresql":
+        pytest.skip("failover is PostgreSQL's")
+    ensure_default_namespace()
+    schema = tmp_path / "schema.json"
+    schema.write_bytes(httpx.get(f"{live_server.url}/api/v1/schema/?format=json", timeout=30).content)
+    if not (TS / "node_modules").exists():
+        _run("npm", "ci", "--no-audit", "--no-fund")
+    _run("npx", "openapi-typescript", str(schema), "-o", "src/schema.ts")
+    _run("npx", "tsc", "-p", "tsconfig.json")
+    operator = make_actor("olivia-operator", "operator")
+    worker = make_actor("ts-worker", "worker")
+    task_id = operator.create(node_id="ts").json()["task_id"]
+    live = serving_live()
+    before = ServedHistory.objects.create(
+        system_identifier=live.system_identifier,
+        timeline=live.timeline + 1,
+        synchronous=True,  # a synchronous history before: recorded, no fence
+        seen_at="2026-01-01T00:00:00Z",
+        cause="test: the history before the switch",
+    )
+
+    answer = json.loads(_run("node", "dist/flow.js", live_server.url, worker.token, worker.name, "default"))
+
+    assert answer["task_id"] == task_id and (answer["committed"], answer["late"]) == (200, 409)
+    assert Task.objects.get(pk=task_id).state == "COMMITTED"
+    recorded = ServedHistory.objects.filter(pk__gt=before.pk).get()  # the first request's 503 recorded it
+    assert (recorded.timeline, recorded.fenced) == (live.timeline, False)

@@ -1,11 +1,68 @@
 // The typed client: openapi-fetch over the types openapi-typescript generates from the control plane's schema
 // (src/schema.d.ts, `npm run generate`). Every path, body and answer is the schema's; nothing here is hand-typed.
+// Requests that may safely be sent again are (sendWithRetries): a database failing over answers 503 for a moment.
 import { createHash } from "node:crypto";
 import createClient from "openapi-fetch";
 import type { paths } from "./schema.js";
 
-export function controlPlane(baseUrl: string, token: string) {
-  return createClient<paths>({ baseUrl, headers: { Authorization: `Bearer ${token}` } });
+export interface ControlPlaneOptions {
+  /** How many times a request is sent again where that cannot do harm (default 3). */
+  retries?: number;
+}
+
+export function controlPlane(baseUrl: string, token: string, options: ControlPlaneOptions = {}) {
+  const retries = options.retries ?? 3;
+  return createClient<paths>({
+    baseUrl,
+    headers: { Authorization: `Bearer ${token}` },
+    fetch: (request: Request) => sendWithRetries(request, retries),
+  });
+}
+
+// Retries, as the Python SDK makes them, only where sending again cannot do harm:
+// - 429 and 503, on every request: the server decided nothing (503: the transaction rolled back — a database
+//   restarting or failing over; 429: refused before any work). Wait Retry-After (or a backoff) and send again.
+// - A connection refused before the request was sent, on every request: the server never saw it.
+// - A connection lost after sending, only where a repeat answers the same: reads, commit and batch commits (a
+//   repeat returns the stored answer), stage (the same digest, the same record) and renew. Never a claim, a
+//   claim-next, a batch claim or a release: the first may have been granted — the error is the caller's, and a
+//   lost grant's lease runs out.
+const REPEATABLE = /\/(commit|commits|results|renew)$/;
+const NOT_SENT = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN"]);
+
+async function sendWithRetries(request: Request, retries: number): Promise<Response> {
+  for (let attempt = 0; ; attempt++) {
+    const last = attempt >= retries;
+    let response: Response;
+    try {
+      response = await fetch(request.clone());
+    } catch (error) {
+      const code = (error as { cause?: { code?: string } }).cause?.code ?? "";
+      const repeatable = request.method === "GET" || REPEATABLE.test(new URL(request.url).pathname);
+      if (last || !(NOT_SENT.has(code) || repeatable)) throw error;
+      await sleep(backoff(attempt));
+      continue;
+    }
+    if ((response.status === 429 || response.status === 503) && !last) {
+      await response.body?.cancel();
+      await sleep(retryAfter(response, attempt));
+      continue;
+    }
+    return response;
+  }
+}
+
+function backoff(attempt: number): number {
+  return Math.min(5, 0.1 * 2 ** attempt);
+}
+
+function retryAfter(response: Response, attempt: number): number {
+  const seconds = Number(response.headers.get("Retry-After"));
+  return Number.isFinite(seconds) && response.headers.has("Retry-After") ? Math.min(30, seconds) : backoff(attempt);
+}
+
+function sleep(seconds: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, seconds * 1000));
 }
 
 // claim-v1.md §1: sha256 of the canonical JSON (sorted keys, no spaces, UTF-8).
