@@ -8,6 +8,7 @@ positions only to superusers and members of ``pg_monitor``: grant it to the cont
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -72,7 +73,7 @@ def database_state() -> DatabaseState:
     history = list(
         ServedHistory.objects.order_by("id").values_list("system_identifier", "timeline", "seen_at", "fenced")
     )
-    switches = [now for before, now in zip(history, history[1:]) if now[:2] != before[:2]]
+    switches = [now for before, now in itertools.pairwise(history) if now[:2] != before[:2]]
     return DatabaseState(
         vendor="postgresql",
         primary=not in_recovery,

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -80,15 +81,16 @@ def test_nothing_acknowledged_is_lost_across_failovers_under_load(cluster, tmp_p
             200,
             201,
         )
-        for i in range(int(40 * SECONDS / 8)):
+
+        def create(i: int) -> int:
             kind = "effect" if i % 4 == 0 else "plain"
-            created = ha.answered(
-                http,
-                "POST",
-                "/api/v1/tasks",
-                json={"namespace": "ha-chaos", "node_id": "n", "input": {"i": i, "kind": kind}},
-            )
-            assert created.status_code == 201, created.text
+            body = {"namespace": "ha-chaos", "node_id": "n", "input": {"i": i, "kind": kind}}
+            return ha.answered(http, "POST", "/api/v1/tasks", json=body).status_code
+
+        # More work than the workers can finish in the run (about 10 tasks a second between them), so that each has
+        # something to claim after every failover.
+        with ThreadPoolExecutor(8) as pool:
+            assert set(pool.map(create, range(int(30 * SECONDS)))) == {201}
     timeline_before = cluster.sql("select max(timeline) from claims_servedhistory")[0][0]
 
     procs, logs = _workers(cluster, server, tmp_path, effect_target.url)
