@@ -203,6 +203,7 @@ kill_leader() {
   kill -STOP "$pid" 2>/dev/null || true  # it starts no new child while its children die
   pkill -KILL -P "$pid" 2>/dev/null || true
   kill -KILL "$pid"
+  echo "killed_at=$(date +%s.%N)"
   resume_replication
   local deadline=$((SECONDS + 90)) new=""
   while [ "$SECONDS" -lt "$deadline" ]; do

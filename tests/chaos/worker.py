@@ -5,6 +5,7 @@ timestamps (JSON lines) for the history checker. It survives what a real worker 
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import time
@@ -14,6 +15,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import claim_client as sdk  # noqa: E402
 import httpx  # noqa: E402
+
+THINK = float(
+    os.environ.get("CHAOS_THINK_SECONDS", "0.4")
+)  # the most a worker thinks about a task (bench: 0)
 
 
 def main(
@@ -60,7 +65,7 @@ def main(
             epoch=claim.scheduler_epoch,
             input_digest=claim.input_digest,
         )
-        time.sleep(rng.uniform(0, 0.4))  # think (a SIGSTOP can land here and outlast the lease)
+        time.sleep(rng.uniform(0, THINK))  # think (a SIGSTOP can land here and outlast the lease)
         kind = (claim.input or {}).get("kind", "plain") if isinstance(claim.input, dict) else "plain"
         if (
             target

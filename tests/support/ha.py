@@ -6,12 +6,14 @@ it (through HAProxy), so a test speaks to the service while the database below i
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +31,13 @@ def can_run() -> bool:
     """The script installs Patroni and etcd from Debian and runs PostgreSQL as the postgres user: root and a
     Debian PostgreSQL (CI has both)."""
     return os.geteuid() == 0 and os.path.isdir("/usr/lib/postgresql") and shutil.which("apt-get") is not None
+
+
+@dataclass
+class Kill:
+    killed: float  # when the leader's postmaster was SIGKILLed (wall clock)
+    promoted: float  # when Patroni had promoted another (as the script saw it)
+    leader: str  # the new leader
 
 
 @dataclass
@@ -76,9 +85,10 @@ class Cluster:
     def leader(self) -> str:
         return self.script("status").splitlines()[0].split("=", 1)[1]
 
-    def kill_leader(self) -> str:
-        """SIGKILL the leader; the new leader's name once Patroni has promoted one."""
-        return self.script("kill-leader").splitlines()[-1].split("=", 1)[1]
+    def kill_leader(self) -> Kill:
+        """SIGKILL the leader; when it died, and the new leader once Patroni has promoted one."""
+        lines = dict(line.split("=", 1) for line in self.script("kill-leader").splitlines() if "=" in line)
+        return Kill(float(lines["killed_at"]), time.time(), lines["leader"])
 
     def wait_for_sync_standby(self, seconds: float = 60) -> None:
         deadline = time.monotonic() + seconds
@@ -120,6 +130,80 @@ class Cluster:
         return self.manage(
             "issue_token", "--role", role, "--name", name, "--pool", "v1" if role == "worker" else ""
         )
+
+
+def history(logs: list[Path]) -> list[dict]:
+    """The chaos workers' recorded requests and answers (tests/chaos/worker.py), in the order they were answered."""
+    entries = [
+        json.loads(line) for log in logs if log.exists() for line in log.read_text().splitlines() if line
+    ]
+    return sorted(entries, key=lambda e: e["t1"])
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
+
+
+def judge(cluster: Cluster, entries: list[dict], kills: list[Kill], *, namespace: str) -> dict:
+    """What a failover run did, judged against the leader's rows at the end: the acknowledged decisions the
+    database no longer has, the stale tokens refused, what was issued twice, and how soon each worker claimed again
+    after each failover."""
+    grants = [e for e in entries if e["op"] == "claim" and e["status"] == 200]
+    commits = [e for e in entries if e["op"] == "commit" and e["status"] == 200]
+    outcomes = [e for e in entries if e["op"] == "effect" and e["status"] == 200]
+    stored = {row[0] for row in cluster.sql("select attempt_id::text from claims_attempt")}
+    committed = dict(
+        cluster.sql("select task_id, attempt_id::text from claims_task where state = 'COMMITTED'")
+    )
+    effects = dict(cluster.sql("select effect_id, state from claims_effect"))
+    resumes = []
+    for kill in kills:
+        for owner in {e["owner"] for e in entries}:
+            after = [e["t1"] for e in grants if e["owner"] == owner and e["t0"] > kill.killed]
+            resumes.append(min(after) - kill.killed if after else float("inf"))
+    generations = defaultdict(list)
+    for e in grants:
+        generations[e["task_id"]].append(e["generation"])
+    return {
+        "operations": len(entries),
+        "grants": len(grants),
+        "commits": len(commits),
+        "effect_outcomes": len(outcomes),
+        "lost_grants": sum(1 for e in grants if e["attempt_id"] not in stored),
+        "lost_commits": sum(1 for e in commits if committed.get(e["task_id"]) != e["attempt_id"]),
+        "lost_effect_outcomes": sum(1 for e in outcomes if effects.get(e["effect_id"]) != e["outcome"]),
+        "generations_answered_twice": sum(len(seq) - len(set(seq)) for seq in generations.values()),
+        "generations_stored_twice": len(
+            cluster.sql(
+                "select task_id, claim_generation from claims_attempt group by 1, 2 having count(*) > 1"
+            )
+        ),
+        "canonical_commits_twice": len(
+            cluster.sql(
+                "select task_id from claims_stagedresult where canonical group by 1 having count(*) > 1"
+            )
+        ),
+        "live_holders_twice": len(
+            cluster.sql(
+                "select task_id from claims_attempt where ended_at is null group by 1 having count(*) > 1"
+            )
+        ),
+        "stale_refused": sum(1 for e in entries if e.get("outcome") == "FENCED"),
+        "stale_refused_epoch": sum(
+            1 for e in entries if e.get("outcome") == "FENCED" and e.get("reason") == "EPOCH"
+        ),
+        "answered_500": sum(1 for e in entries if e["status"] >= 500 and e["status"] != 503),
+        "answered_503_or_nothing": sum(1 for e in entries if e["status"] in (0, 503)),
+        "failover_fences": cluster.sql(
+            "select count(*) from claims_auditentry where action = 'failover_fence' and namespace = %s",
+            (namespace,),
+        )[0][0],
+        "promoted_seconds": [round(k.promoted - k.killed, 2) for k in kills],
+        "resume_seconds_p50": percentile(resumes, 0.5),
+        "resume_seconds_p99": percentile(resumes, 0.99),
+        "workers_not_resumed": sum(1 for r in resumes if r == float("inf")),
+    }
 
 
 def answered(http: httpx.Client, method: str, path: str, *, seconds: float = 60, **kwargs) -> httpx.Response:
