@@ -25,7 +25,7 @@ import pytest
 
 from tests.support import ha
 
-pytestmark = [pytest.mark.postgres, pytest.mark.serial]
+pytestmark = [pytest.mark.postgres, pytest.mark.serial, pytest.mark.timeout(400)]
 
 
 def _people(cluster):

@@ -28,7 +28,7 @@ import pytest
 
 from tests.support import ha, trace
 
-pytestmark = [pytest.mark.postgres, pytest.mark.serial]
+pytestmark = [pytest.mark.postgres, pytest.mark.serial, pytest.mark.timeout(400)]
 
 ROOT = Path(__file__).resolve().parents[2]
 FAILOVERS = int(os.environ.get("HA_FAILOVERS", "2"))
