@@ -56,30 +56,11 @@ class Node:
     """The single-node baseline: the same server on the machine's own PostgreSQL."""
 
     def __init__(self, run_dir: Path):
-        subprocess.run(
-            [
-                "psql",
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-qc",
-                "drop database if exists controlplane_bench_failover",
-            ],
-            check=True,
-        )
-        subprocess.run(
-            [
-                "psql",
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-qc",
-                "create database controlplane_bench_failover",
-            ],
-            check=True,
-        )
+        for sql in (
+            "drop database if exists controlplane_bench_failover",
+            "create database controlplane_bench_failover",
+        ):
+            subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", sql], check=True)
         self.env = server_env(DATABASE_URL=SINGLE, TOKEN_CACHE_SECONDS="0")
         self.manage("migrate", "--noinput")
         self.server = AppServer(run_dir, self.env).start()

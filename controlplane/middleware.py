@@ -72,6 +72,19 @@ class _BothModes:
             markcoroutinefunction(self)
 
 
+class _Around(_BothModes):
+    """A middleware around the rest of the chain: ``_sync`` in a WSGI server, ``__acall__`` under ASGI."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self._take_mode(get_response)
+
+    def __call__(self, request):
+        if self.async_mode:
+            return self.__acall__(request)
+        return self._sync(request)
+
+
 class StaticFiles(_BothModes, _WhiteNoise):
     def __init__(self, get_response=None):
         super().__init__(get_response)
@@ -135,19 +148,13 @@ class CsrfViewMiddleware(_ConsoleOnly, _Csrf):
         return await sync_to_async(super().process_view)(request, callback, callback_args, callback_kwargs)
 
 
-class RequestLatency(_BothModes):
+class RequestLatency(_Around):
     """``claims_http_request_duration_seconds{route, method, status}``: each request's time in this process, by
     its URL pattern (not its path: one series per route, whatever the ids), on /metrics. Thread-free under ASGI;
     the histogram is this process's own (prometheus_client's registry), so behind one port shared by several
     server processes a scrape sees the process that answered it (docs/deployment.md, "Metrics")."""
 
-    def __init__(self, get_response):
-        self.get_response = get_response
-        self._take_mode(get_response)
-
-    def __call__(self, request):
-        if self.async_mode:
-            return self.__acall__(request)
+    def _sync(self, request):
         started = time.perf_counter()
         response = self.get_response(request)
         _observe(request, response, time.perf_counter() - started)
@@ -160,20 +167,14 @@ class RequestLatency(_BothModes):
         return response
 
 
-class DatabaseFailover(_BothModes):
+class DatabaseFailover(_Around):
     """A database that cannot decide now is a 503 with Retry-After at every door, never a 500 (issue 39): the
     API's answers are shaped by ``claims.errors.exception_handler``; the console's and the admin's here
     (``process_exception``). When the answer is that the database's history changed under the control plane — a
     failover — the server records the new history, and fences if it must, before the answer leaves
     (``claims.services.serving.serving_check``), so the client's retry is decided on the checked history."""
 
-    def __init__(self, get_response):
-        self.get_response = get_response
-        self._take_mode(get_response)
-
-    def __call__(self, request):
-        if self.async_mode:
-            return self.__acall__(request)
+    def _sync(self, request):
         response = self.get_response(request)
         if getattr(response, "history_changed", False):
             serving_check()

@@ -37,6 +37,12 @@ def _people(cluster):
     return server, {name: {"Authorization": f"Bearer {token}"} for name, token in tokens.items()}
 
 
+def _create(http, who, task_id):
+    body = {"task_id": task_id, "node_id": "n", "input": {}}
+    created = ha.answered(http, "POST", "/api/v1/tasks", headers=who["ha-operator"], json=body)
+    assert created.status_code == 201, created.text
+
+
 def _claim(http, headers, task_id, owner, epoch):
     return ha.answered(
         http,
@@ -68,14 +74,7 @@ def _epoch(cluster) -> int:
 def test_synchronous_failover_keeps_the_grant_and_raises_no_fence(cluster):
     server, who = _people(cluster)
     with httpx.Client(base_url=server.url, timeout=30) as http:
-        created = ha.answered(
-            http,
-            "POST",
-            "/api/v1/tasks",
-            headers=who["ha-operator"],
-            json={"task_id": "ha-sync", "node_id": "n", "input": {}},
-        )
-        assert created.status_code == 201, created.text
+        _create(http, who, "ha-sync")
         epoch = _epoch(cluster)
         grant = _claim(http, who["worker-a"], "ha-sync", "worker-a", epoch).json()
         assert grant["outcome"] == "CLAIMED", grant
@@ -108,14 +107,7 @@ def test_a_failover_that_lost_a_grant_fences_the_lost_token(cluster):
     server, who = _people(cluster)
     cluster.script("sync", "off")
     with httpx.Client(base_url=server.url, timeout=30) as http:
-        created = ha.answered(
-            http,
-            "POST",
-            "/api/v1/tasks",
-            headers=who["ha-operator"],
-            json={"task_id": "ha-async", "node_id": "n", "input": {}},
-        )
-        assert created.status_code == 201, created.text
+        _create(http, who, "ha-async")
         epoch = _epoch(cluster)
         fences_before = cluster.sql("select count(*) from claims_auditentry where action = 'failover_fence'")[
             0

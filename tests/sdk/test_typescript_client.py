@@ -28,7 +28,8 @@ def _run(*command: str) -> str:
     return done.stdout
 
 
-def test_the_typescript_client_claims_commits_and_is_refused_fenced_when_late(live_server, tmp_path):
+def _built_with_a_task(live_server, tmp_path):
+    """The client built against the live server's schema (tsc type-checks it), a worker, and a task for it."""
     ensure_default_namespace()
     schema = tmp_path / "schema.json"
     schema.write_bytes(httpx.get(f"{live_server.url}/api/v1/schema/?format=json", timeout=30).content)
@@ -38,7 +39,11 @@ def test_the_typescript_client_claims_commits_and_is_refused_fenced_when_late(li
     _run("npx", "tsc", "-p", "tsconfig.json")  # type-checked against the live schema
     operator = make_actor("olivia-operator", "operator")
     worker = make_actor("ts-worker", "worker")
-    task_id = operator.create(node_id="ts").json()["task_id"]
+    return worker, operator.create(node_id="ts").json()["task_id"]
+
+
+def test_the_typescript_client_claims_commits_and_is_refused_fenced_when_late(live_server, tmp_path):
+    worker, task_id = _built_with_a_task(live_server, tmp_path)
 
     answer = json.loads(_run("node", "dist/flow.js", live_server.url, worker.token, worker.name, "default"))
 
@@ -61,16 +66,7 @@ def test_the_typescript_client_rides_through_a_failover(live_server, tmp_path):
 
     if connection.vendor != "postgresql":
         pytest.skip("failover is PostgreSQL's")
-    ensure_default_namespace()
-    schema = tmp_path / "schema.json"
-    schema.write_bytes(httpx.get(f"{live_server.url}/api/v1/schema/?format=json", timeout=30).content)
-    if not (TS / "node_modules").exists():
-        _run("npm", "ci", "--no-audit", "--no-fund")
-    _run("npx", "openapi-typescript", str(schema), "-o", "src/schema.ts")
-    _run("npx", "tsc", "-p", "tsconfig.json")
-    operator = make_actor("olivia-operator", "operator")
-    worker = make_actor("ts-worker", "worker")
-    task_id = operator.create(node_id="ts").json()["task_id"]
+    worker, task_id = _built_with_a_task(live_server, tmp_path)
     live = serving_live()
     before = ServedHistory.objects.create(
         system_identifier=live.system_identifier,
