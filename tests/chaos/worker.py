@@ -16,9 +16,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import claim_client as sdk  # noqa: E402
 import httpx  # noqa: E402
 
-THINK = float(
-    os.environ.get("CHAOS_THINK_SECONDS", "0.4")
-)  # the most a worker thinks about a task (bench: 0)
+# The most a worker thinks about a task (the bench: 0).
+THINK = float(os.environ.get("CHAOS_THINK_SECONDS", "0.4"))
+# CHAOS_MIXED=1 (the HA runs): claim-next waits up to a second for work, and a third of the claims are batches of
+# up to three, each claim renewed once and all committed in one batch commit.
+MIXED = os.environ.get("CHAOS_MIXED") == "1"
+WAIT = 1 if MIXED else 0
 
 
 def main(
@@ -37,7 +40,12 @@ def main(
     while time.time() < deadline:
         started = time.time()
         try:
-            claim = cp.claim_next(scheduler_epoch=epoch, ttl_seconds=2, namespace=namespace)
+            if MIXED and rng.random() < 0.3:
+                batch(cp, claim_batch_of(cp, epoch, namespace), effects, target, record)
+                continue
+            claim = cp.claim_next(
+                scheduler_epoch=epoch, ttl_seconds=2, namespace=namespace, wait_seconds=WAIT
+            )
         except sdk.ClaimRejected as exc:
             record("claim", started, status=exc.status, outcome=exc.outcome, reason=exc.reason)
             try:
@@ -134,6 +142,94 @@ def main(
                     generation=claim.claim_generation,
                 )
                 break
+
+
+def claim_batch_of(cp, epoch: int, namespace: str) -> tuple[float, list]:
+    started = time.time()
+    return started, cp.claim_batch(
+        max_tasks=3, scheduler_epoch=epoch, ttl_seconds=2, namespace=namespace, wait_seconds=1
+    )
+
+
+def batch(cp, claimed: tuple[float, list], effects: httpx.Client, target: str, record) -> None:
+    """A batch claim's tasks: each recorded as a grant, renewed once, its effect made where it has one, then all
+    committed in one batch commit (each item answered on its own)."""
+    started, claims = claimed
+    for claim in claims:
+        record(
+            "claim",
+            started,
+            status=200,
+            outcome="CLAIMED",
+            task_id=claim.task_id,
+            attempt_id=claim.attempt_id,
+            generation=claim.claim_generation,
+            epoch=claim.scheduler_epoch,
+            input_digest=claim.input_digest,
+            batch=True,
+        )
+    ready = []
+    for claim in claims:
+        started = time.time()
+        ids = {"task_id": claim.task_id, "attempt_id": claim.attempt_id, "generation": claim.claim_generation}
+        try:
+            cp.renew(claim, extend_seconds=2)
+            record("renew", started, status=200, outcome="RENEWED", **ids)
+        except sdk.ClaimError as exc:
+            record("renew", started, status=exc.status, outcome=exc.outcome, reason=exc.reason, **ids)
+            continue
+        except httpx.HTTPError as exc:
+            record("renew", started, status=0, outcome="ERROR", detail=type(exc).__name__, **ids)
+            continue
+        kind = (claim.input or {}).get("kind", "plain") if isinstance(claim.input, dict) else "plain"
+        if (
+            target
+            and kind in ("effect", "dispatch")
+            and not side_effect(cp, effects, claim, kind, target, record)
+        ):
+            continue
+        ready.append(claim)
+    if not ready:
+        return
+    started = time.time()
+    results = [
+        {"computed_on": c.input_digest, "by": cp.owner_id, "generation": c.claim_generation} for c in ready
+    ]
+    for claim in ready:  # written before the request: a commit whose answer is lost stays indeterminate
+        record(
+            "commit", started, status=-1, outcome="SENT", task_id=claim.task_id, attempt_id=claim.attempt_id
+        )
+    try:
+        answers = cp.commit_many(list(zip(ready, results, strict=True)))
+    except (sdk.ClaimError, httpx.HTTPError) as exc:
+        for claim in ready:
+            record(
+                "commit",
+                started,
+                status=getattr(exc, "status", 0),
+                outcome="ERROR",
+                task_id=claim.task_id,
+                attempt_id=claim.attempt_id,
+                generation=claim.claim_generation,
+            )
+        return
+    for claim, answer in zip(ready, answers, strict=True):
+        ids = {"task_id": claim.task_id, "attempt_id": claim.attempt_id, "generation": claim.claim_generation}
+        if isinstance(answer, sdk.ClaimError):
+            record(
+                "commit", started, status=answer.status, outcome=answer.outcome, reason=answer.reason, **ids
+            )
+        else:
+            record(
+                "commit",
+                started,
+                status=200,
+                outcome="COMMITTED",
+                epoch=claim.scheduler_epoch,
+                commit_id=answer.result_commit_id,
+                batch=True,
+                **ids,
+            )
 
 
 def side_effect(cp, effects: httpx.Client, claim, kind: str, target: str, record) -> bool:

@@ -1,8 +1,8 @@
 """Issue 39, 2 and 6 — nothing acknowledged is lost across failovers (synchronous mode), CI-sized.
 
-Chaos workers (tests/chaos/worker.py: claim-next, think, stage, commit, some tasks with an effect) run against the
-control plane's production server on the HA cluster while the leader is SIGKILLed ``HA_FAILOVERS`` times (2 in CI;
-bench/failover.py runs ten). The history, every request and answer with its timestamps, is then checked against
+Chaos workers (tests/chaos/worker.py, mixed: waiting claim-next, batch claims, renewals, stage and commit, batch
+commits, a quarter of the tasks with an effect) run against the control plane's production server on the HA cluster
+while the leader is SIGKILLed ``HA_FAILOVERS`` times (2 in CI; bench/failover.py runs ten). The history, every request and answer with its timestamps, is then checked against
 the new leader's rows:
 
 - every 2xx-acknowledged grant, commit and effect outcome is there;
@@ -51,6 +51,10 @@ def _workers(cluster, server, tmp_path, target_url):
             ]
             + [str(log), str(SECONDS), target_url],
             cwd=ROOT,
+            env={
+                **os.environ,
+                "CHAOS_MIXED": "1",
+            },  # waiting claims, batch claims, renewals, batch commits too
         )
         for i, (token, log) in enumerate(zip(tokens, logs, strict=True))
     ]
