@@ -104,9 +104,8 @@ def epoch_fence(
                 **({"hold": hold} if hold else {}),
             },
         )
-        wakeups.claimable(
-            namespace, wakeups.EVERYONE
-        )  # each waiter answers: claims are paused, or its epoch is old
+        # Each waiter answers: claims are paused, or (a failover's fence) the epoch it carries is old.
+        wakeups.claimable(namespace, wakeups.EVERYONE)
         # The fenced attempts' keys are free for the tasks that list them — in other namespaces too.
         wakeups.keys_freed(
             key
