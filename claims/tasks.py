@@ -36,7 +36,13 @@ def reap_expired_leases() -> dict:
         return {"reaped": leases_reap()}  # the service owns its transaction
 
 
-@shared_task(name="claims.check_serving")
+@shared_task(
+    name="claims.check_serving",
+    autoretry_for=(DatabaseError,),  # it runs when the database is switching over: until the new leader answers
+    retry_backoff=1,
+    retry_backoff_max=10,
+    retry_kwargs={"max_retries": 12},
+)
 def check_serving() -> dict:
     """Periodic: record the database's history if it changed (a failover; synchronous replication switched), and
     fence if it must — for the processes that answer no request, whose decisions wait on it (services.serving)."""
