@@ -174,13 +174,23 @@ def failovers(
     entries = ha.history(paths)
     run = ha.judge(cluster, entries, kills, namespace=namespace)
     run["effect_keys_sent_twice"] = sum(1 for calls in target.calls.values() if len(calls) > 1)
-    verdict = trace.replay(trace.recorded(cluster.sql))
+    print(f"  {run}", flush=True)
+    verdict = trace.replay([e for e in trace.recorded(cluster.sql) if e.namespace == namespace])
     run["trace_events"], run["trace_explained"], run["trace_seconds"] = (
         verdict.events,
         verdict.explained,
         round(verdict.seconds, 2),
     )
     return run
+
+
+OUT = ROOT / "bench" / "results" / f"failover-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
+
+
+def save(results: dict) -> Path:
+    """Written after each phase, so a run cut short keeps what it measured."""
+    OUT.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    return OUT
 
 
 def main() -> None:
@@ -226,12 +236,14 @@ def main() -> None:
         cluster.script("sync", "on")
         cluster.sync = True
         print("synchronous failovers:", flush=True)
+        save(results)
         results["synchronous"] = failovers(
             cluster, tokens, operator, "sync-failovers", args, logs, target, partition=False
         )
         cluster.script("sync", "off")
         cluster.sync = False
         print("asynchronous failovers, replication cut before each:", flush=True)
+        save(results)
         results["asynchronous"] = failovers(
             cluster, tokens, operator, "async-failovers", args, logs, target, partition=True
         )
@@ -239,8 +251,7 @@ def main() -> None:
         cluster.down()
         target.stop()
     results["finished"] = datetime.now(UTC).isoformat()
-    out = ROOT / "bench" / "results" / f"failover-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
-    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    out = save(results)
     s, a = results["synchronous"], results["asynchronous"]
     print("\n| | synchronous | asynchronous |\n|---|---|---|")
     for key in (

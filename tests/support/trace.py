@@ -111,20 +111,28 @@ def replay(events: list[Event]) -> Verdict:
     started = time.monotonic()
     if not events:
         return Verdict(0, None, 0.0)
-    origin = min(e.at for e in events)
+    # The rules compare times within a task only (its lease against its own events' clocks): each task's clock
+    # counts from its first event, in microseconds, so a long run fits Promela's 32-bit int as long as each task's
+    # own history is shorter than 35 minutes.
+    origin: dict[str, datetime] = {}
+    for e in events:
+        if e.kind != "fence":
+            origin.setdefault(e.task, e.at)
     tasks: dict[str, int] = {}
     namespaces: dict[str, int] = {}
 
-    def us(instant: datetime | None) -> int:
-        value = int((instant - origin).total_seconds() * 1_000_000) if instant else 0
-        assert value < 2**31, "a history longer than 35 minutes: replay it in parts"
+    def us(e: Event, instant: datetime | None) -> int:
+        if instant is None or e.kind == "fence":
+            return 0
+        value = int((instant - origin[e.task]).total_seconds() * 1_000_000)
+        assert value < 2**31, f"task {e.task}'s history is longer than 35 minutes"
         return value
 
     rows = [str(len(events))]
     for e in events:
         t = tasks.setdefault(e.task, len(tasks)) if e.kind != "fence" else 0
         n = namespaces.setdefault(e.namespace, len(namespaces))
-        rows.append(f"{KINDS[e.kind]} {t} {n} {e.generation} {e.epoch} {us(e.at)} {us(e.lease)}")
+        rows.append(f"{KINDS[e.kind]} {t} {n} {e.generation} {e.epoch} {us(e, e.at)} {us(e, e.lease)}")
     with tempfile.TemporaryDirectory(prefix="trace-") as folder:
         work = Path(folder)
         shutil.copy(MODEL, work / "trace.pml")
