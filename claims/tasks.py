@@ -38,7 +38,9 @@ def reap_expired_leases() -> dict:
 
 @shared_task(
     name="claims.check_serving",
-    autoretry_for=(DatabaseError,),  # it runs when the database is switching over: until the new leader answers
+    autoretry_for=(
+        DatabaseError,
+    ),  # it runs when the database is switching over: until the new leader answers
     retry_backoff=1,
     retry_backoff_max=10,
     retry_kwargs={"max_retries": 12},
