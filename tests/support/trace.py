@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,12 @@ def _detail(value: Any) -> dict:
     return json.loads(value) if isinstance(value, str) else (value or {})
 
 
+def _instant(value: Any) -> datetime:
+    """A clock as the database answered it: aware on PostgreSQL; on SQLite a naive UTC value (or its text)."""
+    instant = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return instant if instant.tzinfo else instant.replace(tzinfo=UTC)
+
+
 def recorded(query: Callable[[str], list[tuple]]) -> list[Event]:
     """The run's events from its database (``query``: SQL → rows, on whichever connection reaches it)."""
     events = []
@@ -94,12 +100,14 @@ def recorded(query: Callable[[str], list[tuple]]) -> list[Event]:
                 namespace,
                 generation or 0,
                 epoch or 0,
-                at,
-                datetime.fromisoformat(lease) if lease else None,
+                _instant(at),
+                _instant(lease) if lease else None,
             )
         )
     for _, _, namespace, _, detail, at, _ in query(_FENCES):
-        events.append(Event("fence", "", namespace, 0, int(_detail(detail)["scheduler_epoch"]), at, None))
+        events.append(
+            Event("fence", "", namespace, 0, int(_detail(detail)["scheduler_epoch"]), _instant(at), None)
+        )
     # The order the decisions were made in; at one instant, a fence before the grants it let through.
     return sorted(events, key=lambda e: (e.at, e.kind != "fence"))
 
