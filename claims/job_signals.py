@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import signals
+from django.db import DatabaseError, connection
 
 from . import clock
 from .services.jobs import job_record
@@ -16,7 +17,12 @@ _errors: dict[str, str] = {}
 
 
 def _prerun(task_id: str | None = None, **_: Any) -> None:
-    if task_id:
+    if not task_id:
+        return
+    try:
+        _started[task_id] = clock.now()
+    except DatabaseError:  # the worker's connection died with the database (a restart, a failover): a new one
+        connection.close()
         _started[task_id] = clock.now()
 
 
