@@ -62,17 +62,7 @@ def main(
             record("claim", started, status=204, outcome="NONE")
             time.sleep(0.05)
             continue
-        record(
-            "claim",
-            started,
-            status=200,
-            outcome="CLAIMED",
-            task_id=claim.task_id,
-            attempt_id=claim.attempt_id,
-            generation=claim.claim_generation,
-            epoch=claim.scheduler_epoch,
-            input_digest=claim.input_digest,
-        )
+        record("claim", started, **granted(claim))
         time.sleep(rng.uniform(0, THINK))  # think (a SIGSTOP can land here and outlast the lease)
         kind = (claim.input or {}).get("kind", "plain") if isinstance(claim.input, dict) else "plain"
         if (
@@ -144,6 +134,19 @@ def main(
                 break
 
 
+def granted(claim) -> dict:
+    """A grant as the history records it: what the checker compares with the rows."""
+    return {
+        "status": 200,
+        "outcome": "CLAIMED",
+        "task_id": claim.task_id,
+        "attempt_id": claim.attempt_id,
+        "generation": claim.claim_generation,
+        "epoch": claim.scheduler_epoch,
+        "input_digest": claim.input_digest,
+    }
+
+
 def claim_batch_of(cp, epoch: int, namespace: str) -> tuple[float, list]:
     started = time.time()
     return started, cp.claim_batch(
@@ -156,18 +159,7 @@ def batch(cp, claimed: tuple[float, list], effects: httpx.Client, target: str, r
     committed in one batch commit (each item answered on its own)."""
     started, claims = claimed
     for claim in claims:
-        record(
-            "claim",
-            started,
-            status=200,
-            outcome="CLAIMED",
-            task_id=claim.task_id,
-            attempt_id=claim.attempt_id,
-            generation=claim.claim_generation,
-            epoch=claim.scheduler_epoch,
-            input_digest=claim.input_digest,
-            batch=True,
-        )
+        record("claim", started, **granted(claim), batch=True)
     ready = []
     for claim in claims:
         started = time.time()

@@ -113,7 +113,8 @@ def recorded(query: Callable[[str], list[tuple]]) -> list[Event]:
 
 
 def replay(events: list[Event]) -> Verdict:
-    """Replay ``events`` in Spin's simulator against model/trace.pml."""
+    """Replay ``events`` against model/trace.pml: Spin's verifier, generated for their tasks and namespaces, along
+    the one path they make."""
     if shutil.which("spin") is None or shutil.which("gcc") is None:
         raise RuntimeError("needs Debian's spin and gcc (.ci/run installs spin: apt-get install spin)")
     started = time.monotonic()
