@@ -27,7 +27,7 @@ from claims.services import audit
 
 from ..legacy import legacy_store
 from ..legacy_table import json_value
-from ..models import LegacyImport
+from ..models import LegacyDecision, LegacyImport
 
 SIGHT = "rollout:legacy-table"  # the principal named on tasks adopted on first sight
 
@@ -132,6 +132,26 @@ def adopt_seen(*, task_id: str, namespace: str, values: dict[str, Any] | None = 
     return True
 
 
+def _wait_out_decisions_in_flight(namespace: str) -> None:
+    """A table in another database: every legacy decision whose commit there is not yet seen has committed or
+    rolled back before the import reads the live claims. Such a decision committed ours — and let the namespace's
+    lock go — before theirs (``rollout.legacy.LegacyUnit``): a claim legacy granted in LEGACY could be invisible to
+    an import that read between the two commits, and claim.v1 then had no attempt for a lease legacy holds (its
+    owner's complete reported STALE_COMMIT_ACCEPTED). Each such row is locked and let go (``state_now``): the lock
+    waits out the transaction still holding it. Called after the advance committed, so no decision routed on LEGACY
+    is left to record one."""
+    store = legacy_store()
+    if not store.separate_database:  # decided in our transaction: committed with it
+        return
+    in_flight = (
+        LegacyDecision.objects.filter(namespace=namespace, resolved_at__isnull=True)
+        .values_list("task_id", flat=True)
+        .distinct()
+    )
+    for task_id in in_flight:
+        store.state_now(task_id)  # type: ignore[attr-defined]
+
+
 def import_legacy_claims(ns: Namespace, principal: Principal) -> dict[str, Any]:
     """Entering SHADOW: every live legacy claim becomes a claim.v1 attempt (generation + 1 each), so both stores
     start equal. An owner the control plane has never seen (an old binary writing its table, without a token) is
@@ -140,6 +160,7 @@ def import_legacy_claims(ns: Namespace, principal: Principal) -> dict[str, Any]:
     advance and the import pauses claims) — and the result is audited, so an import that left claims behind is never
     silent. The lease runs to legacy's expiry, rounded up (within claim.v1's bounds)."""
     imported, skipped = 0, {}  # type: tuple[int, dict[str, int]]
+    _wait_out_decisions_in_flight(ns.name)
     now = clock.now()
     for row in legacy_store().live_claims(namespace=ns.name, now=now):
         assert row.expires_at is not None  # a live claim has an expiry

@@ -215,9 +215,19 @@ def test_the_migration_drill(alias, mode, operator, settings):
             assert not observer.errors, observer.errors
         figures = _figures(alias, mode, elapsed, old)
         found = {reason: n for reason, n in figures["mismatches"].items() if reason != "DIRECT_WRITE"}
-        assert found == {"STALE_COMMIT_ACCEPTED": 1}, (
-            found
-        )  # the one injected (A16): nothing false, nothing missed
+        assert found == {
+            "STALE_COMMIT_ACCEPTED": 1
+        }, (  # the one injected (A16): nothing false, nothing missed
+            found,
+            json.dumps(
+                list(
+                    Mismatch.objects.exclude(reason="DIRECT_WRITE").values(
+                        "task_id", "namespace", "operation", "reason", "legacy", "v1", "at"
+                    )
+                ),
+                default=str,
+            ),
+        )
         print("\nDRILL " + json.dumps(figures))
     their.sql("DROP TABLE IF EXISTS jobs")
 
