@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.exceptions import NotAuthenticated, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -20,6 +20,8 @@ from rest_framework.views import APIView
 
 from . import selectors, services
 from . import serializers as s
+from .digest import digest
+from .errors import Invalid
 from .models import Namespace, Principal, Task
 from .pagination import Pagination
 from .permissions import AnyRole, IsOperator, IsTaskCreator, IsWorker
@@ -64,14 +66,32 @@ def operation(operation_id: str, answers: Any, errors: tuple[int, ...] = REFUSAL
     return extend_schema(operation_id=operation_id, responses={**ok, **error_responses(*errors)}, **more)
 
 
+CLAIM_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description="Optional, 1–200 printable ASCII characters, new for each claim request. Sent again with the same "
+    "request (after a dropped connection or a failover), it answers what that request was granted instead of "
+    "granting anew: its worker never holds a task it was not told of. The same key with another request: 400. "
+    "Kept CLAIM_KEY_RETENTION_SECONDS (default a day) per principal; where legacy decides (SHADOW, V1_READS) it is "
+    'not used (docs/workers.md, "Retrying a claim").',
+)
+
+
 def documented(
-    operation_id: str, answer: Any, description: str | None = None, *, errors: tuple[int, ...] = REFUSALS
+    operation_id: str,
+    answer: Any,
+    description: str | None = None,
+    *,
+    errors: tuple[int, ...] = REFUSALS,
+    **schema: Any,
 ) -> Callable[[type[_Call]], type[_Call]]:
     """A ``ServiceCall``'s POST in the schema: its ``input`` as the request, ``answer`` under its ``status``."""
 
     def document(view: type[_Call]) -> type[_Call]:
         more = {} if description is None else {"description": description}
-        post = operation(operation_id, {view.status: answer}, errors, request=view.input, **more)
+        post = operation(operation_id, {view.status: answer}, errors, request=view.input, **more, **schema)
         return extend_schema_view(post=post)(view)
 
     return document
@@ -141,6 +161,18 @@ def built(serializer_class: type[Serializer]) -> Serializer:
 def parsed(serializer_class: type[Serializer], request: Request) -> dict[str, Any]:
     """The request's body validated by ``serializer_class`` (its ValidationError is the 400 with field errors)."""
     return dict(built(serializer_class).run_validation(request.data))
+
+
+def claim_request(request: Request, data: dict[str, Any]) -> services.claim_keys.Requested | None:
+    """A claim request's ``Idempotency-Key`` header with the digest of what it asks (its path and parsed body), or
+    None without one (docs/workers.md, "Retrying a claim")."""
+    header = services.claim_keys.HEADER
+    key = request.headers.get(header)
+    if key is None:
+        return None
+    if not 1 <= len(key) <= 200 or not (key.isascii() and key.isprintable()):
+        raise Invalid({header: ["must be 1 to 200 printable ASCII characters"]})
+    return services.claim_keys.Requested(key, digest({"path": request.path, "request": data}))
 
 
 def rendered(serializer_class: type[Serializer], value: Any) -> dict[str, Any]:
@@ -214,11 +246,13 @@ class ServiceCall(APIView):
     status = 200
     # a URL name the service calls otherwise (the rollout's ``ns`` is its services' ``namespace``)
     as_named: dict[str, str] = {}
+    keyed = False  # a claim: its Idempotency-Key names the request (``claim_request``)
 
     def post(self, request: AuthedRequest, **named: str) -> Response:
         data = parsed(self.input, request) if self.input is not None else {}
         called = {self.as_named.get(name, name): value for name, value in named.items()}
-        value = type(self).service(principal=request.user, **called, **data)
+        with services.claim_keys.requested(claim_request(request, data) if self.keyed else None):
+            value = type(self).service(principal=request.user, **called, **data)
         return Response(self.answer(value, **named), status=self.status)
 
     def answer(self, value: Any, **named: str) -> dict[str, Any]:
@@ -278,10 +312,12 @@ class TaskRequeueApi(_OperatorTaskAction):
     "Claim from READY, from CLAIMED with an expired lease, or from CLAIMED under an older epoch. "
     "409 in order: FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH, NOT_CLAIMABLE (STATE | LEASE_LIVE | "
     "RESOURCE_HELD). Of N concurrent claims exactly one gets 200.",
+    parameters=[CLAIM_KEY],
 )
 class TaskClaimApi(ServiceCall):
     permission_classes = [IsWorker]
     input, service, body = s.ClaimIn, staticmethod(services.task_claim), staticmethod(claim_body)
+    keyed = True
 
 
 class ClaimNextApi(APIView):
@@ -304,6 +340,7 @@ class ClaimNextApi(APIView):
         },
         (400, 401, 403, 409),
         request=s.ClaimNextIn,
+        parameters=[CLAIM_KEY],
         description="Claim the oldest claimable task of the namespace (default `default`), optionally only of "
         "`node_ids`. Concurrent callers never receive the same task. 409 FENCED (EPOCH) or CLAIMS_PAUSED. With "
         "`wait_seconds`, waits for a task to become claimable (claim-v1.md §9).",
@@ -317,12 +354,15 @@ def claim_or_wait(view: Any, request: AuthedRequest, serializer: type[Serializer
     (``claims.waiting``: the async view around this one retries ``view.claim`` when woken, as the request's token
     authenticates again, and gives back with ``view.release`` what it granted to a client that has gone)."""
     data, wait = without_wait(parsed(serializer, request))
-    body = view.claim(request.user, data)
+    key = claim_request(request, data)
+    with services.claim_keys.requested(key):
+        body = view.claim(request.user, data)
     if body is not None:
         return Response(body)
 
     def retry() -> dict[str, Any] | None:
-        return view.claim(reauthenticated(request, view), data)
+        with services.claim_keys.requested(key):
+            return view.claim(reauthenticated(request, view), data)
 
     def release(answer: dict[str, Any]) -> None:
         for grant in answer.get("claims", [answer]):

@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 from . import serializers as s
 from . import services
 from .apis import (
+    CLAIM_KEY,
     AuthedRequest,
     built,
     claim_body,
@@ -56,6 +57,7 @@ class ClaimBatchApi(APIView):
         },
         (400, 401, 403, 409),
         request=s.ClaimBatchIn,
+        parameters=[CLAIM_KEY],
         description="claim-v1.md §9: claim up to `max_tasks` (1–100) tasks at once, each exactly as claim-next "
         "claims one (its own attempt, generation and fences). Concurrent callers never receive the same task; a "
         "task whose resources are held is passed over. 409 FENCED (EPOCH) or CLAIMS_PAUSED.",

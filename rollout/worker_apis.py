@@ -24,6 +24,7 @@ from claims import batch_apis as core_batch_apis
 from claims import serializers as core_s
 from claims.apis import AuthedRequest, error_responses, operation, paginated, parsed, rendered
 from claims.permissions import AnyRole, IsTaskCreator, IsWorker
+from claims.services import claim_keys
 
 from . import selectors
 from . import serializers as s
@@ -75,10 +76,12 @@ class _RoutedOperation(APIView):
     route: Route[Any]
     input: type[Serializer]
     core_body: Callable[[Any], dict[str, Any]]
+    keyed = False  # a claim: its Idempotency-Key names the request (``claims.apis.claim_request``)
 
     def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(self.input, request)
-        return Response(routed_answer(self.route, type(self).core_body, request.user, task_id, data))
+        with claim_keys.requested(core_apis.claim_request(request, data) if self.keyed else None):
+            return Response(routed_answer(self.route, type(self).core_body, request.user, task_id, data))
 
 
 def routed_answer(
@@ -96,7 +99,7 @@ def routed_answer(
     return rendered(s.LegacyDecidedOut, routed.fields)
 
 
-def _documented(operation_id: str, request: type, out: type, description: str) -> Any:
+def _documented(operation_id: str, request: type, out: type, description: str, **schema: Any) -> Any:
     """The routed operation's schema through drf-spectacular's public decorators: the core's input, and the
     answer either as the core's output or as legacy decided it (``<Operation>Answer``)."""
     component = operation_id.removeprefix("task_").capitalize() + "Answer"
@@ -106,6 +109,7 @@ def _documented(operation_id: str, request: type, out: type, description: str) -
             request=request,
             responses={200: _answer(component, out), **_errors()},
             description=description + _ROUTING,
+            **schema,
         )
     )
 
@@ -116,9 +120,11 @@ def _documented(operation_id: str, request: type, out: type, description: str) -
     core_s.ClaimOut,
     "Claim from READY, from CLAIMED with an expired lease, or from CLAIMED under an older epoch. 409 in order: "
     "FENCED (EPOCH), CLAIMS_PAUSED, VERSION_MISMATCH, NOT_CLAIMABLE (STATE | LEASE_LIVE | RESOURCE_HELD).",
+    parameters=[core_apis.CLAIM_KEY],
 )
 class TaskClaimApi(_RoutedOperation):
     route, input, core_body = CLAIM_ROUTE, core_s.ClaimIn, staticmethod(core_apis.claim_body)
+    keyed = True
 
 
 @_documented(
@@ -169,6 +175,7 @@ class ClaimNextApi(core_apis.ClaimNextApi):
     @extend_schema(
         operation_id="claim_next",
         request=core_s.ClaimNextIn,
+        parameters=[core_apis.CLAIM_KEY],
         responses={
             200: _answer("ClaimNextAnswer", core_s.ClaimOut),
             204: OpenApiResponse(description="Nothing is claimable (no body)."),
@@ -192,6 +199,7 @@ def _claim_answer(routed: routing.Routed) -> dict[str, Any]:
     post=extend_schema(
         operation_id="claim_batch",
         request=core_s.ClaimBatchIn,
+        parameters=[core_apis.CLAIM_KEY],
         responses={
             200: s.RoutedClaimBatchOut,
             204: OpenApiResponse(description="Nothing is claimable (after `wait_seconds`, if given)."),

@@ -3,6 +3,7 @@ resources, and the effect ledger. Only ``claims/services`` writes them."""
 
 from __future__ import annotations
 
+from .claim_keys import ClaimKey
 from .core import (
     AcceptancePoint,
     Attempt,
@@ -30,6 +31,7 @@ __all__ = [
     "Attempt",
     "AttemptEnd",
     "AuditEntry",
+    "ClaimKey",
     "DispatchIntent",
     "DispatchState",
     "Effect",

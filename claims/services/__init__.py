@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import claim_keys
 from ._base import (
     Guard,
     NamespaceHold,
@@ -40,6 +41,7 @@ from .staging import Staged, result_stage
 from .tasks import TaskCreated, task_cancel, task_create, task_requeue, task_revise_input, tasks_adopt
 
 __all__ = [
+    "claim_keys",
     "Statement",
     "insert_statement",
     "prep",

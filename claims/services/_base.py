@@ -162,7 +162,8 @@ class Guard:
       ``Conflict`` is not logged as a rejection);
     - ``settle(point, ns, value)`` once the decision is written, before its transaction commits — the app writes
       its own records of the decision (``value``: the service's answer) in the same transaction, under the same
-      locks, after every lock the core took. A refused decision is never settled.
+      locks, after every lock the core took. A refused decision is never settled;
+    - ``keeps_claim_keys(ns)`` after ``check``: whether a claim's ``Idempotency-Key`` is answered here.
     """
 
     def check(self, point: str, ns: NamespaceHold) -> None:
@@ -170,6 +171,11 @@ class Guard:
 
     def settle(self, point: str, ns: NamespaceHold, value: Any) -> None:
         pass
+
+    def keeps_claim_keys(self, ns: NamespaceHold) -> bool:
+        """Whether a claim's ``Idempotency-Key`` is kept and answered here (``claim_keys``), asked after ``check``:
+        not where the app has another store decide the grant."""
+        return True
 
 
 _guard: contextvars.ContextVar[Guard | None] = contextvars.ContextVar("claims_guard", default=None)
@@ -189,6 +195,11 @@ def run_guard(point: str, ns: NamespaceHold) -> None:
     guard = _guard.get()
     if guard is not None:
         guard.check(point, ns)
+
+
+def keeps_claim_keys(ns: NamespaceHold) -> bool:
+    guard = _guard.get()
+    return guard is None or guard.keeps_claim_keys(ns)
 
 
 def settle(point: str, ns: NamespaceHold, value: Any) -> None:

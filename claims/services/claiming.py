@@ -9,12 +9,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils.dateparse import parse_datetime
 
 from .. import interleave
 from ..errors import Invalid, NotClaimable, NotFound, VersionMismatch
 from ..models import AcceptancePoint, Attempt, AttemptEnd, EventKind, Principal, Task, TaskState
 from ..states import check_transition
-from . import _sql, statements
+from . import _sql, claim_keys, statements
 from ._base import NamespaceHold, RejectionLog, event_statement, hold_namespace, run_guard, settle
 from .authority import Named, acceptance_point, require_epoch_and_pause, require_owner
 from .resources import KeysForClaims
@@ -43,6 +44,26 @@ class ClaimGrant:
             "input": task.input,
             "fences": self.fences,
         }
+
+    @classmethod
+    def stored(cls, fields: dict[str, Any]) -> ClaimGrant:
+        """A grant as it was answered (``fields()`` as JSON, kept under its request's key: ``claim_keys``)."""
+        expires = fields["lease_expires_at"]
+        task = Task(
+            task_id=fields["task_id"],
+            claim_generation=fields["claim_generation"],
+            cancel_generation=fields["cancel_generation"],
+            lease_expires_at=parse_datetime(expires) if isinstance(expires, str) else expires,
+            input_digest=fields["input_digest"],
+            state_version=fields["state_version"],
+            input=fields["input"],
+        )
+        return cls(
+            task=task,
+            attempt_id=uuid.UUID(str(fields["attempt_id"])),
+            scheduler_epoch=fields["scheduler_epoch"],
+            fences=fields["fences"],
+        )
 
 
 def check_lease_seconds(field: str, seconds: int) -> None:
@@ -92,6 +113,7 @@ def _apply(task: Task, values: dict[str, Any]) -> Task:
     return task
 
 
+@claim_keys.once
 def task_claim(
     *,
     principal: Principal,
@@ -121,6 +143,9 @@ def task_claim(
     with acceptance_point(AcceptancePoint.CLAIM, principal=principal, task_id=task_id, named=named) as at:
         ns, task = at.ns, at.task
         at.require_owner()
+        key = claim_keys.reserved(principal, ns)
+        if key.replay is not None:
+            return ClaimGrant.stored(key.replay[0])
         at.require_epoch_and_pause()
         if expected_state_version is not None and task.state_version != expected_state_version:
             raise VersionMismatch(
@@ -158,6 +183,7 @@ def task_claim(
         )
         _sql.together(*key_writes, *writes)
         settle(AcceptancePoint.CLAIM, keys.ns, grant)
+        key.keep([grant])
     return grant
 
 
@@ -264,6 +290,7 @@ def task_claim_next(
 MAX_BATCH = 100  # claim-v1.md §9
 
 
+@claim_keys.once
 def task_claim_batch(
     *,
     principal: Principal,
@@ -301,6 +328,9 @@ def task_claim_batch(
         log.namespace_id = ns.id
         run_guard(AcceptancePoint.CLAIM, ns)
         require_owner(principal, owner_id)
+        key = claim_keys.reserved(principal, ns)
+        if key.replay is not None:
+            return [ClaimGrant.stored(fields) for fields in key.replay]
         require_epoch_and_pause(ns, scheduler_epoch)
         batch = _Batch(
             ns=ns,
@@ -315,6 +345,7 @@ def task_claim_batch(
             batch.fill(reclaim=reclaim)
         batch.send()
         settle(AcceptancePoint.CLAIM, ns, batch.grants)
+        key.keep(batch.grants)
         return batch.grants
 
 

@@ -37,6 +37,7 @@ from .. import clock, interleave
 from ..models import (
     Attempt,
     AuditEntry,
+    ClaimKey,
     Effect,
     EffectState,
     MetricFold,
@@ -65,6 +66,7 @@ class Pruned:
     attempts: int = 0
     staged_results: int = 0
     audit_entries: int = 0
+    claim_keys: int = 0
     batches: int = 0
     more: bool = False  # stopped at the time budget with rows left
 
@@ -129,6 +131,19 @@ def _task_batch(rows: QuerySet, size: int, cutoff: datetime) -> tuple[int, int]:
         return len(chosen), deleted
 
 
+def _prune_claim_keys(result: Pruned, now: datetime, size: int, deadline: float) -> None:
+    """Claim keys older than CLAIM_KEY_RETENTION_SECONDS (a repeat of a claim that old is a new request)."""
+    old = ClaimKey.objects.filter(
+        created_at__lt=now - timedelta(seconds=settings.CLAIM_KEY_RETENTION_SECONDS)
+    ).order_by("created_at")
+    while time.monotonic() <= deadline:
+        deleted = delete_batch(old, size)
+        result.batches += 1
+        result.claim_keys += deleted
+        if deleted < size:
+            return
+
+
 def history_prune(*, budget_seconds: float = 30.0, batch: int | None = None) -> Pruned:
     """Delete what retention allows, batch by batch, until nothing is left or ``budget_seconds`` have passed.
 
@@ -140,15 +155,19 @@ def history_prune(*, budget_seconds: float = 30.0, batch: int | None = None) -> 
        the commit answers from it (its attempt is read off the task row, never from the attempts table).
     4. Audit entries older than AUDIT_RETENTION_SECONDS.
 
+    First, whatever RETENTION_SECONDS says: claim keys older than CLAIM_KEY_RETENTION_SECONDS (``claim_keys``; a
+    repeat of a claim that old is answered as a new request).
+
     Each batch re-reads its conditions in its own transaction, so a task that came back to life (requeued, its input
     revised) between batches is not touched.
     """
     size = batch or settings.RETENTION_BATCH
     result = Pruned()
-    if not settings.RETENTION_SECONDS:
-        return result
     deadline = time.monotonic() + budget_seconds
     now = clock.now()
+    _prune_claim_keys(result, now, size, deadline)
+    if not settings.RETENTION_SECONDS:
+        return result
     cutoff = now - timedelta(seconds=settings.RETENTION_SECONDS)
     folded = MetricFold.objects.filter(name="claims").values_list("through", flat=True).first()
     counted = min(cutoff, folded) if folded else None

@@ -399,6 +399,9 @@ WORKER_STALE_SECONDS = env_int("WORKER_STALE_SECONDS", 60, minimum=1)
 RETENTION_SECONDS = env_int("RETENTION_SECONDS", 30 * 86400, minimum=0)
 AUDIT_RETENTION_SECONDS = env_int("AUDIT_RETENTION_SECONDS", 365 * 86400, minimum=86400)
 RETENTION_BATCH = env_int("RETENTION_BATCH", 2000, minimum=1, maximum=50_000)
+# A claim sent again with its Idempotency-Key within this long answers what it was granted (docs/workers.md, "Retrying
+# a claim"); older keys are deleted by the same job, and a repeat is then a new request.
+CLAIM_KEY_RETENTION_SECONDS = env_int("CLAIM_KEY_RETENTION_SECONDS", 86400, minimum=60)
 if RETENTION_SECONDS and RETENTION_SECONDS <= ROLLOUT_WINDOW_SECONDS + METRICS_FOLD_LAG_SECONDS:
     raise ImproperlyConfigured(
         "RETENTION_SECONDS must be 0 (keep everything) or more than ROLLOUT_WINDOW_SECONDS + "

@@ -99,6 +99,11 @@ class _StageHook(core.Guard):
             raise _Unwind()
         self.stages[ns.id] = stage
 
+    def keeps_claim_keys(self, ns: core.NamespaceHold) -> bool:
+        """A claim's Idempotency-Key is answered where claim.v1 decides the grant; where legacy does, its protocol
+        has none (docs/workers.md, "Retrying a claim")."""
+        return self.stages.get(ns.id) in V1_DECIDES
+
     def settle(self, point: str, ns: core.NamespaceHold, value: Any) -> None:
         stage = self.stages[ns.id]
         if stage == Stage.V1_ONLY:

@@ -215,19 +215,14 @@ def test_the_migration_drill(alias, mode, operator, settings):
             assert not observer.errors, observer.errors
         figures = _figures(alias, mode, elapsed, old)
         found = {reason: n for reason, n in figures["mismatches"].items() if reason != "DIRECT_WRITE"}
-        assert found == {
-            "STALE_COMMIT_ACCEPTED": 1
-        }, (  # the one injected (A16): nothing false, nothing missed
-            found,
-            json.dumps(
-                list(
-                    Mismatch.objects.exclude(reason="DIRECT_WRITE").values(
-                        "task_id", "namespace", "operation", "reason", "legacy", "v1", "at"
-                    )
-                ),
-                default=str,
-            ),
-        )
+        if found != {"STALE_COMMIT_ACCEPTED": 1}:  # what was found, whole, for the failure's report
+            shown = Mismatch.objects.exclude(reason="DIRECT_WRITE").values(
+                "task_id", "namespace", "operation", "reason", "legacy", "v1", "at"
+            )
+            print("\nMISMATCHES " + json.dumps(list(shown), default=str))
+        assert found == {"STALE_COMMIT_ACCEPTED": 1}, (
+            found
+        )  # the one injected (A16): nothing false, nothing missed
         print("\nDRILL " + json.dumps(figures))
     their.sql("DROP TABLE IF EXISTS jobs")
 

@@ -45,11 +45,13 @@ def test_the_sdk_knows_every_outcome_word_the_server_answers_with():
 # --- the retry policy (an HTTP transport that answers as told; the server's database is not involved) ---------
 
 
-def _scripted(answers: list):
+def _scripted(answers: list, keys: list | None = None):
     calls: list[str] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(request.url.path)
+        if keys is not None:
+            keys.append(request.headers.get("Idempotency-Key"))
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
@@ -79,15 +81,25 @@ def test_429_and_503_are_sent_again_after_retry_after(monkeypatch):
     assert len(calls) == 3
 
 
-def test_a_lost_reply_is_retried_for_a_commit_and_never_for_a_claim(monkeypatch):
+def test_a_lost_reply_is_retried_for_a_commit_and_for_a_claim_with_its_key_and_never_for_a_release(
+    monkeypatch,
+):
     monkeypatch.setattr(time, "sleep", lambda s: None)
     cp, calls = _scripted([httpx.ReadTimeout("lost"), httpx.Response(200, json=COMMITTED)])
     assert cp.commit(_claim(), {"r": 1}).result_commit_id == "c1"  # a repeat returns the stored answer
     assert len(calls) == 2
 
-    cp, calls = _scripted([httpx.ReadTimeout("lost"), httpx.Response(204)])
+    keys: list[str | None] = []
+    cp, calls = _scripted([httpx.ReadTimeout("lost"), httpx.Response(204), httpx.Response(204)], keys=keys)
+    assert (
+        cp.claim_next(scheduler_epoch=1, ttl_seconds=30) is None
+    )  # the repeat answers what the first granted
+    assert cp.claim_next(scheduler_epoch=1, ttl_seconds=30) is None
+    assert len(calls) == 3 and keys[0] == keys[1] != keys[2] and keys[0] and keys[2]  # a key per claim
+
+    cp, calls = _scripted([httpx.ReadTimeout("lost")])
     with pytest.raises(httpx.ReadTimeout):
-        cp.claim_next(scheduler_epoch=1, ttl_seconds=30)  # the first may have been granted
+        cp.release(_claim())
     assert len(calls) == 1
 
 
@@ -122,6 +134,46 @@ def test_batches_inline_commit_and_a_refused_item_among_good_ones(server):
     assert StagedResult.objects.filter(canonical=True).count() == 3
     assert b.commit(taken, {"n": "b"}).staged_result_id  # inline: one request
     assert a.claim_batch(max_tasks=10, scheduler_epoch=1, ttl_seconds=5) == []
+
+
+class _LosesTheFirstClaimAnswer(httpx.HTTPTransport):
+    """The server answers the first claim; the connection drops before the worker reads it (as when the app
+    server or the database's leader dies right after the commit)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        if request.url.path.endswith("/claims") and not self.lost:
+            response.read()
+            self.lost += 1
+            raise httpx.ReadError("the connection dropped before the answer was read")
+        return response
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_whose_answer_was_lost_is_sent_again_and_leaves_one_live_attempt(server, monkeypatch):
+    """Issue 39, point 4: the SDK sends the claim again with its key; the server answers the grant it made —
+    the worker holds the one task it was told of, and the other is still there for others."""
+    from claims.models import Attempt
+
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    op = make_actor("olivia-operator", "operator")
+    ids = {op.create(node_id=f"n{i}").json()["task_id"] for i in range(2)}
+    transport = _LosesTheFirstClaimAnswer()
+    worker = _cp(server, make_actor("worker-a", "worker"), transport=transport)
+
+    claim = worker.claim_next(scheduler_epoch=1, ttl_seconds=30)
+
+    assert transport.lost == 1 and claim is not None
+    live = list(
+        Attempt.objects.filter(owner_id="worker-a", ended_at=None).values_list("attempt_id", flat=True)
+    )
+    assert [str(a) for a in live] == [claim.attempt_id]
+    assert Task.objects.get(pk=(ids - {claim.task_id}).pop()).state == "READY"
+    assert worker.commit(claim, {"ok": True}).staged_result_id
 
 
 @pytest.mark.postgres

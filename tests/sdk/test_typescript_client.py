@@ -13,6 +13,7 @@ import pytest
 
 from claims.models import StagedResult, Task
 from tests.support.actors import ensure_default_namespace, make_actor
+from tests.support.lossy_proxy import lossy_proxy
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -82,3 +83,31 @@ def test_the_typescript_client_rides_through_a_failover(live_server, tmp_path):
     assert Task.objects.get(pk=task_id).state == "COMMITTED"
     recorded = ServedHistory.objects.filter(pk__gt=before.pk).get()  # the first request's 503 recorded it
     assert (recorded.timeline, recorded.fenced) == (live.timeline, False)
+
+
+def test_the_typescript_client_sends_a_claim_whose_answer_was_lost_again_and_holds_one_task(
+    live_server, tmp_path
+):
+    """Issue 39, point 4: the first claim-next's answer is lost after the server granted it; the client sends it
+    again with its Idempotency-Key and is answered that grant. The flow then releases it, claims the same task
+    again and commits: the worker is left holding nothing, and the second task was never taken. (Without the key
+    the repeat took the second task and the first stayed claimed by a worker that never heard of it.)"""
+    from claims.models import Attempt
+
+    worker, first = _built_with_a_task(live_server, tmp_path)
+    other = make_actor("olivia-operator", "operator").create(node_id="ts-2").json()["task_id"]
+    once: list[bool] = []
+
+    def lose(method: str, path: str) -> bool:
+        if method == "POST" and path == "/api/v1/claims" and not once:
+            once.append(True)
+            return True
+        return False
+
+    with lossy_proxy(live_server.url, lose) as (url, lost):
+        answer = json.loads(_run("node", "dist/flow.js", url, worker.token, worker.name, "default"))
+
+    assert lost == ["/api/v1/claims"]
+    assert answer["task_id"] == first and (answer["committed"], answer["late"]) == (200, 409)
+    assert not Attempt.objects.filter(owner_id=worker.name, ended_at=None).exists()
+    assert Task.objects.get(pk=other).state == "READY"

@@ -29,14 +29,17 @@ Retries (``retries=3`` by default), only where sending again cannot do harm:
 - A connection that failed before the request was sent (connect errors), on every request: the server never saw it.
 - A timeout or a dropped connection *after* sending, only for requests whose repeat answers the same: commit and
   batch commits (a repeat returns the stored answer), stage (the same digest returns the same record), renew (it
-  extends the same lease again) and reads. Never for claim, claim-next, batch claims or release: the first may have
-  been granted (a repeat would take a second task, or be refused by the first's live lease) — the error is raised,
-  and a lost grant's lease simply runs out and the task is claimed again.
+  extends the same lease again), reads — and claims: claim, claim-next and batch claims carry an
+  ``Idempotency-Key`` new for each call, sent again with every retry of it, so a repeat of a claim that was granted
+  answers that grant instead of taking a second task (docs/workers.md, "Retrying a claim"). Never for release (the
+  error is raised). Where legacy decides (SHADOW, V1_READS) the server does not use the key: a claim is then sent
+  again only when the server never saw it.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -109,12 +112,22 @@ class ControlPlane:
 
     # -- transport --
     def _request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, *, idempotent: bool = False
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        idempotent: bool = False,
+        key: str | None = None,
     ) -> httpx.Response:
+        """Send, and send again where that can do no harm (the module's docstring). ``key``: the request's
+        Idempotency-Key, the same on every retry — the request is then safe to repeat."""
+        headers = {"Idempotency-Key": key} if key else None
+        idempotent = idempotent or key is not None
         for attempt in range(self._retries + 1):
             last = attempt == self._retries
             try:
-                response = self._http.request(method, path, json=body)
+                response = self._http.request(method, path, json=body, headers=headers)
             except httpx.ConnectError:
                 if last:
                     raise
@@ -174,9 +187,8 @@ class ControlPlane:
         body = {"owner_id": self.owner_id, "scheduler_epoch": scheduler_epoch, "ttl_seconds": ttl_seconds}
         if expected_state_version is not None:
             body["expected_state_version"] = expected_state_version
-        return self._claimed(
-            self._request("POST", f"/tasks/{task_id}/claim", body).json(), started, ttl_seconds
-        )
+        answer = self._request("POST", f"/tasks/{task_id}/claim", body, key=uuid.uuid4().hex)
+        return self._claimed(answer.json(), started, ttl_seconds)
 
     def claim_next(
         self,
@@ -230,12 +242,13 @@ class ControlPlane:
 
     def _waiting(self, path: str, body: dict[str, Any], wait_seconds: int) -> httpx.Response:
         """A claim that may wait: the read timeout covers the wait."""
+        key = uuid.uuid4().hex  # one per claim, the same on its retries
         if not wait_seconds:
-            return self._request("POST", path, body)
+            return self._request("POST", path, body, key=key)
         saved = self._http.timeout
         self._http.timeout = httpx.Timeout(self._timeout, read=self._timeout + wait_seconds)
         try:
-            return self._request("POST", path, body)
+            return self._request("POST", path, body, key=key)
         finally:
             self._http.timeout = saved
 

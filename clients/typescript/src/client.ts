@@ -1,7 +1,7 @@
 // The typed client: openapi-fetch over the types openapi-typescript generates from the control plane's schema
 // (src/schema.d.ts, `npm run generate`). Every path, body and answer is the schema's; nothing here is hand-typed.
 // Requests that may safely be sent again are (sendWithRetries): a database failing over answers 503 for a moment.
-import { createHash } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import createClient from "openapi-fetch";
 import type { paths } from "./schema.js";
 
@@ -24,13 +24,19 @@ export function controlPlane(baseUrl: string, token: string, options: ControlPla
 //   restarting or failing over; 429: refused before any work). Wait Retry-After (or a backoff) and send again.
 // - A connection refused before the request was sent, on every request: the server never saw it.
 // - A connection lost after sending, only where a repeat answers the same: reads, commit and batch commits (a
-//   repeat returns the stored answer), stage (the same digest, the same record) and renew. Never a claim, a
-//   claim-next, a batch claim or a release: the first may have been granted — the error is the caller's, and a
-//   lost grant's lease runs out.
+//   repeat returns the stored answer), stage (the same digest, the same record), renew — and claims: a claim,
+//   claim-next or batch claim carries an Idempotency-Key (one per call unless the caller set one, the same on its
+//   retries), so a repeat of a claim that was granted answers that grant instead of taking a second task
+//   (docs/workers.md, "Retrying a claim"). Never a release: the error is the caller's.
 const REPEATABLE = /\/(commit|commits|results|renew)$/;
+const CLAIMS = /\/(claim|claims|claims\/batch)$/;
 const NOT_SENT = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN"]);
 
-async function sendWithRetries(request: Request, retries: number): Promise<Response> {
+async function sendWithRetries(sent: Request, retries: number): Promise<Response> {
+  const path = new URL(sent.url).pathname;
+  const claim = sent.method === "POST" && CLAIMS.test(path);
+  const request = claim && !sent.headers.has("Idempotency-Key") ? keyed(sent) : sent;
+  const repeatable = request.method === "GET" || claim || REPEATABLE.test(path);
   for (let attempt = 0; ; attempt++) {
     const last = attempt >= retries;
     let response: Response;
@@ -38,7 +44,6 @@ async function sendWithRetries(request: Request, retries: number): Promise<Respo
       response = await fetch(request.clone());
     } catch (error) {
       const code = (error as { cause?: { code?: string } }).cause?.code ?? "";
-      const repeatable = request.method === "GET" || REPEATABLE.test(new URL(request.url).pathname);
       if (last || !(NOT_SENT.has(code) || repeatable)) throw error;
       await sleep(backoff(attempt));
       continue;
@@ -50,6 +55,12 @@ async function sendWithRetries(request: Request, retries: number): Promise<Respo
     }
     return response;
   }
+}
+
+function keyed(request: Request): Request {
+  const headers = new Headers(request.headers);
+  headers.set("Idempotency-Key", randomUUID());
+  return new Request(request, { headers });
 }
 
 function backoff(attempt: number): number {
