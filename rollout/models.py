@@ -379,6 +379,11 @@ class ObserverPosition(models.Model):
     # (a claim or heartbeat: its expiry minus its commit) — the console and /metrics compare the two.
     behind_seconds = models.FloatField(null=True, blank=True)
     lease_seconds = models.FloatField(null=True, blank=True)
+    # PostgreSQL: judged up to ``pending_lsn``, recorded in our WAL before ``pending_ours`` — the slot forgets it once
+    # that record is on our standbys (``LEGACY_OBSERVE_SLOT_RELEASE``); ``released_lsn``: what the slot was told last.
+    pending_lsn = models.CharField(max_length=40, blank=True, default="")
+    pending_ours = models.CharField(max_length=40, blank=True, default="")
+    released_lsn = models.CharField(max_length=40, blank=True, default="")
     updated_at = models.DateTimeField()
 
 

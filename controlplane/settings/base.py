@@ -221,6 +221,16 @@ LEGACY_LOCK_TIMEOUT_SECONDS = env_int("LEGACY_LOCK_TIMEOUT_SECONDS", 5, minimum=
 # slot the observer reads the team's table through (pgoutput).
 LEGACY_OBSERVE_PUBLICATION = env_str("LEGACY_OBSERVE_PUBLICATION", "claim_control_plane")
 LEGACY_OBSERVE_SLOT = env_str("LEGACY_OBSERVE_SLOT", "claim_control_plane")
+# When the slot may forget what the observer judged (issue 39): ``auto`` (the default) — at once where the control
+# plane's own database is synchronous or has no standby (a single node); where it has asynchronous standbys, only
+# once our record of the judgement is flushed on every one of them (pg_stat_replication), so a failover that loses
+# our last judgements finds their changes still in the slot. ``standby`` — always wait for a standby (a cluster whose
+# standbys are all disconnected holds the slot: its WAL waits in their database). ``commit`` — at our commit.
+LEGACY_OBSERVE_SLOT_RELEASE = env_str("LEGACY_OBSERVE_SLOT_RELEASE", "auto")
+if LEGACY_OBSERVE_SLOT_RELEASE not in ("auto", "standby", "commit"):
+    raise ImproperlyConfigured(
+        f"LEGACY_OBSERVE_SLOT_RELEASE must be auto, standby or commit, not {LEGACY_OBSERVE_SLOT_RELEASE!r}"
+    )
 # Observe mode on MySQL/MariaDB (docs/adopting.md): ``binlog`` reads the row-based binary log as a replica of its own
 # (rollout.services.binlog: every change, in commit order); ``poll`` polls the 'changed' column (rollout.services.poll:
 # only the states between passes); ``auto`` (the default) reads the binlog where the server keeps one (log_bin ON),

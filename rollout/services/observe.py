@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
@@ -427,12 +427,15 @@ def _ttl(seen: Observed) -> int:
 
 
 def _advance(legacy: Any, slot: str, position_id: int, last: pgoutput.Transaction) -> None:
-    """Every transaction read is judged: the position says so, and the slot lets their WAL go."""
+    """Every transaction read is judged: the position says so, and the slot lets their WAL go — once our record of
+    the judgement would survive a failover of our own database (``_releasable``)."""
     ObserverPosition.objects.filter(pk=position_id).update(
         lsn=last.lsn, index=len(last.changes), updated_at=clock.now()
     )
+    release = _releasable(position_id, last.lsn)
     with legacy.cursor() as cursor:
-        cursor.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", [slot, last.lsn])
+        if release is not None:
+            cursor.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", [slot, release])
         cursor.execute(
             "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint FROM pg_replication_slots "
             "WHERE slot_name = %s",
@@ -440,6 +443,46 @@ def _advance(legacy: Any, slot: str, position_id: int, last: pgoutput.Transactio
         )
         (lag,) = cursor.fetchone()
     ObserverPosition.objects.filter(pk=position_id).update(lag_bytes=lag)
+
+
+_OURS = """
+SELECT pg_current_wal_lsn()::text,
+       current_setting('synchronous_standby_names') <> ''
+         AND current_setting('synchronous_commit') IN ('on', 'remote_apply', 'remote_write'),
+       (SELECT count(*) FROM pg_stat_replication),
+       (SELECT min(flush_lsn)::text FROM pg_stat_replication)
+"""
+
+
+def _releasable(position_id: int, judged: str) -> str | None:
+    """How far the slot may forget now, or None. Where our database fails over asynchronously its last commits can
+    be lost — judgements and position with them — while the slot, in the team's database, would already have let
+    those changes go: never judged. So the slot is advanced only to a position whose record in our WAL is flushed on
+    every standby (``pg_stat_replication``): the position judged is kept pending with our WAL position after it, and
+    released by a later pass once the standbys have it — the slot lags a pass behind. At once where our database is
+    synchronous, has no standby (``auto``), or where LEGACY_OBSERVE_SLOT_RELEASE is ``commit``."""
+    mode = settings.LEGACY_OBSERVE_SLOT_RELEASE
+    at_once = connection.vendor != "postgresql" or mode == "commit"
+    if not at_once:
+        with connection.cursor() as cursor:
+            cursor.execute(_OURS)
+            ours, synchronous, standbys, flushed = cursor.fetchone()
+        at_once = synchronous or (standbys == 0 and mode == "auto")
+    if at_once:
+        ObserverPosition.objects.filter(pk=position_id).update(
+            pending_lsn="", pending_ours="", released_lsn=judged
+        )
+        return judged
+    position = ObserverPosition.objects.get(pk=position_id)
+    release = None
+    if position.pending_lsn and flushed is not None and _lsn(flushed) >= _lsn(position.pending_ours):
+        release = position.pending_lsn
+    if release is not None or not position.pending_lsn:  # a pending position waits until the standbys have it
+        left = "" if release == judged else judged
+        ObserverPosition.objects.filter(pk=position_id).update(
+            pending_lsn=left, pending_ours=ours if left else "", released_lsn=release or position.released_lsn
+        )
+    return release
 
 
 def _lsn(text: str) -> int:

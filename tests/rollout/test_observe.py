@@ -289,3 +289,40 @@ def test_a_row_their_application_inserts_becomes_a_task_from_the_stream(their, o
     assert counts["judged"] == 1 and counts["unknown"] == 0, counts
     task = Task.objects.get(pk="late-1")
     assert (task.namespace.name, task.state, task.owner_id) == (NS, "CLAIMED", "w1")
+
+
+def _slot_confirmed(db: Their) -> str:
+    return db.sql(
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'claim_control_plane'"
+    )[0][0]
+
+
+@pytest.mark.parametrize("release", ["commit", "standby"])
+def test_the_slot_forgets_a_judgement_only_once_our_standbys_have_it(their, operator, settings, release):
+    """Issue 39: our database fails over asynchronously and loses its last commits — the observer's judgements and
+    its position among them — while the slot, in the team's database, already let those changes go: they would
+    never be judged. ``standby``: with no standby holding our record, the slot keeps the changes, and an observer
+    whose position was lost judges them again from the slot; ``commit`` (the old behaviour, as ``auto`` is on a
+    single node): the slot forgot them, and the lost position finds nothing."""
+    settings.LEGACY_OBSERVE_SLOT_RELEASE = release
+    assert operator.post("/namespaces", {"name": NS, "stage": "SHADOW"}).status_code == 201
+    jobs = [task_in_both(operator, their) for _ in range(2)]
+    observe.setup()
+    start = _slot_confirmed(their)
+    for job in jobs:
+        assert claim(their, job, "w1", ttl=30)
+
+    assert observe.observe_once()["judged"] == 2
+    position = ObserverPosition.objects.get()
+    ObserverPosition.objects.filter(pk=position.pk).update(
+        lsn="0/0", index=0
+    )  # as a lossy failover leaves it
+
+    again = observe.observe_once()
+    if release == "standby":
+        assert _slot_confirmed(their) == start  # nothing released: no standby has our record
+        assert position.pending_lsn == position.lsn and position.pending_ours
+        assert again["transactions"] == 2  # the changes are still there to judge
+    else:
+        assert _slot_confirmed(their) != start and position.released_lsn == position.lsn
+        assert again["transactions"] == 0  # gone: never judged again
