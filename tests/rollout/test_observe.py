@@ -17,6 +17,8 @@ from claims import interleave
 from rollout.models import ComparedOperation, LegacyEvent, Mismatch, ObserverPosition
 from rollout.services import observe
 from tests.support.legacy_db import NS, Their, task_in_both, their_table_configured
+from tests.support.processes import wait_for
+from tests.support.races import run_in_thread
 
 pytestmark = [
     pytest.mark.postgres,
@@ -326,3 +328,50 @@ def test_the_slot_forgets_a_judgement_only_once_our_standbys_have_it(their, oper
     else:
         assert _slot_confirmed(their) != start and position.released_lsn == position.lsn
         assert again["transactions"] == 0  # gone: never judged again
+
+
+def test_the_observer_command_connects_again_when_our_database_drops_it_and_skips_nothing(
+    their, operator, monkeypatch
+):
+    """Issue 39, point 4: ``manage.py legacy_observe`` follows the table while our database drops every connection
+    (as a failover does); the next pass connects again and judges the change written meanwhile. (Before, the
+    command died on the OperationalError and the change waited for someone to restart it.)"""
+    import threading
+    from types import SimpleNamespace
+
+    from django.core.management import call_command
+
+    from rollout.management.commands import legacy_observe
+
+    assert operator.post("/namespaces", {"name": NS, "stage": "SHADOW"}).status_code == 201
+    first, second = (task_in_both(operator, their) for _ in range(2))
+    observe.setup()
+    stop = threading.Event()
+    real_sleep = time.sleep
+
+    def paced(seconds: float) -> None:  # the loop's pause, and the test's way to end it
+        if stop.is_set():
+            raise SystemExit(0)
+        real_sleep(min(seconds, 0.2))
+
+    def judged(job: str) -> bool:
+        return LegacyEvent.objects.filter(task_id=job, owner_id="w1").exists()
+
+    monkeypatch.setattr(legacy_observe, "time", SimpleNamespace(sleep=paced))
+    observing, box = run_in_thread(lambda: call_command("legacy_observe", interval=0.2))
+    try:
+        assert claim(their, first, "w1", ttl=30)
+        assert wait_for(lambda: judged(first), 20)
+        with connections["default"].cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            assert cursor.fetchone()[0] >= 1  # the observer's connection among them
+        assert claim(their, second, "w1", ttl=30)
+        assert wait_for(lambda: judged(second), 20), box
+        assert observing.is_alive()
+    finally:
+        stop.set()
+        observing.join(10)
+    assert ComparedOperation.objects.filter(namespace=NS).count() == 2

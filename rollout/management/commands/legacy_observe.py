@@ -1,8 +1,9 @@
 """``manage.py legacy_observe``: observe mode (docs/adopting.md) — the team's workers keep writing their table; this
 follows its changes (PostgreSQL: logical decoding; MySQL/MariaDB: polling a 'changed' column) and judges each legacy
 decision with claim.v1 in shadow. ``--setup`` runs the pre-flight and creates what is missing (the publication, the slot); then it observes,
-every ``--interval`` seconds, until stopped (``--once``: one pass). The ``rollout.observe_legacy`` job does one pass
-on beat's schedule where ``ROLLOUT_LEGACY_OBSERVE`` is on."""
+every ``--interval`` seconds, until stopped (``--once``: one pass). A pass that fails on a database error (ours
+failing over, theirs restarting) is tried again on new connections: it resumes from the recorded position. The
+``rollout.observe_legacy`` job does one pass on beat's schedule where ``ROLLOUT_LEGACY_OBSERVE`` is on."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError, connections
 
 from claims.errors import ClaimError
 from claims.management.commands._common import confirmed, fail
@@ -63,7 +65,15 @@ class Command(BaseCommand):
                 position = observers.setup()
                 self.stdout.write(f"observing from {position.lsn} (slot {position.name})")
             while True:
-                counts = observers.once(limit=limit)
+                try:
+                    counts = observers.once(limit=limit)
+                except DatabaseError as exc:  # a database restarting or failing over: connect again, go on
+                    if once:
+                        raise
+                    self.stderr.write(f"the pass failed ({type(exc).__name__}: {exc}); connecting again")
+                    connections.close_all()  # the next pass opens new ones; the position is in our database
+                    time.sleep(interval)
+                    continue
                 if "skipped" in counts:  # another pass (the beat job, another command) holds the lock
                     if once:
                         raise CommandError("another observer is running a pass; try again")
