@@ -71,6 +71,8 @@ def main(
             and not side_effect(cp, effects, claim, kind, target, record)
         ):
             continue  # the effect's outcome is not known or the attempt was refused: leave the task to a retry
+        if kind == "mcp" and not tool_call(url, token, claim, record):
+            continue  # refused, or no answer: the tool call's slot is left to a later attempt
         result = {"computed_on": claim.input_digest, "by": owner, "generation": claim.claim_generation}
         for op in ("stage", "commit"):
             started = time.time()
@@ -275,6 +277,27 @@ def side_effect(cp, effects: httpx.Client, claim, kind: str, target: str, record
     except httpx.HTTPError as exc:
         record(kind, started, status=0, outcome="ERROR", detail=type(exc).__name__, **ids)
     return False
+
+
+def tool_call(url: str, token: str, claim, record) -> bool:
+    """The task's side effect as an agent makes it: an MCP tool call through the control plane's gateway
+    (docs/mcp.md), ``rec__create_record`` of the counting downstream (tests/gateway/counting_server.py), on the
+    claim's own endpoint. Recorded as ``mcp``: 200 when the tool answered, the refusal's outcome when the gateway
+    refused, ERROR when the call got no answer (the checker counts only answers). True when the worker may commit."""
+    from tests.gateway.support import call, outcome
+
+    started = time.time()
+    ids = {"task_id": claim.task_id, "attempt_id": claim.attempt_id, "generation": claim.claim_generation}
+    try:
+        result = call(url, token, claim.attempt_id, "rec__create_record", {"name": claim.task_id}, timeout=10)
+    except Exception as exc:  # noqa: BLE001 - a connection lost mid-call (a failover) surfaces in many types
+        record("mcp", started, status=0, outcome="ERROR", detail=type(exc).__name__, **ids)
+        return False
+    if result.is_error:
+        record("mcp", started, status=409, outcome=outcome(result) or "TOOL_ERROR", **ids)
+        return False
+    record("mcp", started, status=200, outcome="COMMITTED", **ids)
+    return True
 
 
 if __name__ == "__main__":

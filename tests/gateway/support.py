@@ -125,10 +125,17 @@ async def agent_session(
 
 
 async def call_once(
-    url: str, token: str, attempt_id: str | None, tool: str, arguments: dict, *, meta: dict | None = None
+    url: str,
+    token: str,
+    attempt_id: str | None,
+    tool: str,
+    arguments: dict,
+    *,
+    meta: dict | None = None,
+    timeout: float = 30,
 ) -> types.CallToolResult:
     """A call on a connection of its own (a retry after a disconnect, another process, another agent)."""
-    async with agent_session(url, token, attempt_id) as session:
+    async with agent_session(url, token, attempt_id, timeout=timeout) as session:
         return await session.call_tool(tool, arguments, meta=meta)
 
 

@@ -1,14 +1,15 @@
 """Issue 39, 2 and 6 — nothing acknowledged is lost across failovers (synchronous mode), CI-sized.
 
 Chaos workers (tests/chaos/worker.py, mixed: waiting claim-next, batch claims, renewals, stage and commit, batch
-commits, a quarter of the tasks with an effect) run against the control plane's production server on the HA cluster
+commits, a quarter of the tasks with an effect and a quarter with an MCP tool call through the gateway) run against the control plane's production server on the HA cluster
 while the leader is SIGKILLed ``HA_FAILOVERS`` times (2 in CI; bench/failover.py runs ten). The history, every request and answer with its timestamps, is then checked against
 the new leader's rows:
 
 - every 2xx-acknowledged grant, commit and effect outcome is there;
 - no (task, generation) pair was issued twice, and generations rise in the order they were answered;
 - at most one canonical commit per task, and no task held by two live attempts;
-- no effect sent twice (the target acted at most once per key);
+- no effect sent twice (the target acted at most once per key), and every MCP tool call the tool answered has its
+  effect COMMITTED, the downstream having acted at most once per idempotency key;
 - every request during a switch was answered 503 or not at all — never a 500;
 - every worker resumes: its first successful claim after each failover is recorded (p50 and p99 printed);
 - the new leader's task timelines, replayed against the Spin model of the rules (model/trace.pml), are explained.
@@ -16,6 +17,7 @@ the new leader's rows:
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -26,6 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.gateway.support import counting_downstream
 from tests.support import ha, trace
 
 pytestmark = [pytest.mark.postgres, pytest.mark.serial, pytest.mark.timeout(400)]
@@ -34,6 +37,23 @@ ROOT = Path(__file__).resolve().parents[2]
 FAILOVERS = int(os.environ.get("HA_FAILOVERS", "2"))
 SECONDS = float(os.environ.get("HA_SECONDS", str(12 + 10 * FAILOVERS)))
 WORKERS = 3
+
+
+def _tool_calls(entries: list[dict], cluster, ledger) -> dict:
+    """The MCP tool calls of the run (tests/chaos/worker.py ``tool_call``): every one the tool answered has its
+    effect COMMITTED on the new leader, and the downstream acted at most once per idempotency key."""
+    answered = [e for e in entries if e["op"] == "mcp" and e["status"] == 200]
+    states = dict(cluster.sql("select task_id, state from claims_effect where effect_slot like 'mcp:%%'"))
+    acted: dict[str, int] = {}
+    for line in ledger.read_text().splitlines() if ledger.exists() else []:
+        key = json.loads(line).get("key") or "?"
+        acted[key] = acted.get(key, 0) + 1
+    return {
+        "answered": len(answered),
+        "lost": sum(1 for e in answered if states.get(e["task_id"]) != "COMMITTED"),
+        "keys_acted_on_twice": sum(1 for n in acted.values() if n > 1),
+        "acted": sum(acted.values()),
+    }
 
 
 def _workers(cluster, server, tmp_path, target_url):
@@ -63,7 +83,12 @@ def _workers(cluster, server, tmp_path, target_url):
 
 def test_nothing_acknowledged_is_lost_across_failovers_under_load(cluster, tmp_path, effect_target):
     cluster.script("sync", "on")
-    server = cluster.servers[0] if cluster.servers else cluster.control_plane(TOKEN_CACHE_SECONDS="0")
+    ledger = tmp_path / "tool-ledger.jsonl"  # the MCP downstream's record of what it did (one line per act)
+    server = cluster.control_plane(
+        TOKEN_CACHE_SECONDS="0",
+        MCP_DOWNSTREAMS=json.dumps([counting_downstream(ledger, timeout=5)]),
+        MCP_LOST_GRACE_SECONDS="2",
+    )
     operator = {"Authorization": f"Bearer {cluster.token('ha-chaos-op', 'operator')}"}
     with httpx.Client(base_url=server.url, timeout=30, headers=operator) as http:
         assert ha.answered(http, "POST", "/api/v1/namespaces", json={"name": "ha-chaos"}).status_code in (
@@ -72,7 +97,7 @@ def test_nothing_acknowledged_is_lost_across_failovers_under_load(cluster, tmp_p
         )
 
         def create(i: int) -> int:
-            kind = "effect" if i % 4 == 0 else "plain"
+            kind = {0: "effect", 2: "mcp"}.get(i % 4, "plain")
             body = {"namespace": "ha-chaos", "node_id": "n", "input": {"i": i, "kind": kind}}
             return ha.answered(http, "POST", "/api/v1/tasks", json=body).status_code
 
@@ -103,6 +128,9 @@ def test_nothing_acknowledged_is_lost_across_failovers_under_load(cluster, tmp_p
     # No effect sent twice: the target acted once per key.
     sent_per_key = {key: len(calls) for key, calls in effect_target.calls.items()}
     assert sent_per_key and all(count == 1 for count in sent_per_key.values()), sent_per_key
+    # The agents' MCP tool calls through the gateway: each answered one kept, none acted on twice.
+    tools = _tool_calls(entries, cluster, ledger)
+    assert tools["answered"] > 0 and tools["lost"] == tools["keys_acted_on_twice"] == 0, tools
     # During the switches: 503 or no answer, never a 500.
     assert run["answered_500"] == 0, run
     # Every worker resumes after each failover.
@@ -116,7 +144,8 @@ def test_nothing_acknowledged_is_lost_across_failovers_under_load(cluster, tmp_p
     print(
         f"\nFAILOVERS {len(kills)} (new leaders {[k.leader for k in kills]}, promoted {run['promoted_seconds']} s "
         f"after the kill): {run['operations']} operations, {run['grants']} grants, {run['commits']} commits, "
-        f"{run['effect_outcomes']} effect outcomes acknowledged and all kept; {run['answered_503_or_nothing']} "
+        f"{run['effect_outcomes']} effect outcomes and {tools['answered']} MCP tool calls acknowledged and all "
+        f"kept ({tools['acted']} acts downstream, none twice); {run['answered_503_or_nothing']} "
         f"requests answered 503 or not at all; first claim after a failover p50 {run['resume_seconds_p50']:.2f} s, "
         f"p99 {run['resume_seconds_p99']:.2f} s; {verdict.events} recorded events explained by model/trace.pml in "
         f"{verdict.seconds:.1f} s"
