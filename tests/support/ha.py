@@ -111,9 +111,13 @@ class Cluster:
     def env(self, **extra: str) -> dict[str, str]:
         return server_env(DATABASE_URL=self.url, **extra)
 
-    def manage(self, *args: str) -> str:
+    def manage(self, *args: str, **env: str) -> str:
         done = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env(), capture_output=True, text=True
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.env(**env),
+            capture_output=True,
+            text=True,
         )
         if done.returncode != 0:
             raise RuntimeError(f"manage.py {' '.join(args)}: {done.stdout}{done.stderr}")

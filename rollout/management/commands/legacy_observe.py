@@ -2,20 +2,23 @@
 follows its changes (PostgreSQL: logical decoding; MySQL/MariaDB: polling a 'changed' column) and judges each legacy
 decision with claim.v1 in shadow. ``--setup`` runs the pre-flight and creates what is missing (the publication, the slot); then it observes,
 every ``--interval`` seconds, until stopped (``--once``: one pass). A pass that fails on a database error (ours
-failing over, theirs restarting) is tried again on new connections: it resumes from the recorded position. The
+failing over, theirs restarting) is tried again on new connections: it resumes from the recorded position. A pass
+that met our database's new history (a failover) records it first (``serving_check``: the fence, where one is due). The
 ``rollout.observe_legacy`` job does one pass on beat's schedule where ``ROLLOUT_LEGACY_OBSERVE`` is on."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, connections
 
-from claims.errors import ClaimError
+from claims.errors import ClaimError, history_changed
 from claims.management.commands._common import confirmed, fail
 from claims.models import Principal
+from claims.services.serving import serving_check
 from rollout.services import observe, observers
 
 
@@ -64,14 +67,24 @@ class Command(BaseCommand):
             elif setup:
                 position = observers.setup()
                 self.stdout.write(f"observing from {position.lsn} (slot {position.name})")
+            retries_left = (
+                3  # --once: passes that met our database's new history, tried again once it is recorded
+            )
             while True:
                 try:
                     counts = observers.once(limit=limit)
                 except DatabaseError as exc:  # a database restarting or failing over: connect again, go on
-                    if once:
+                    switched = history_changed(exc)
+                    retries_left -= switched
+                    if once and (not switched or retries_left < 0):
                         raise
                     self.stderr.write(f"the pass failed ({type(exc).__name__}: {exc}); connecting again")
                     connections.close_all()  # the next pass opens new ones; the position is in our database
+                    if (
+                        switched
+                    ):  # our database failed over: its new history recorded (and fenced where it must)
+                        with contextlib.suppress(DatabaseError):
+                            serving_check()
                     time.sleep(interval)
                     continue
                 if "skipped" in counts:  # another pass (the beat job, another command) holds the lock
