@@ -46,10 +46,19 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 
 from deploy.topology import AppServer  # noqa: E402
 from tests.effect_target import EffectTarget  # noqa: E402
+from tests.gateway.support import counting_downstream  # noqa: E402
 from tests.support import ha, trace  # noqa: E402
 from tests.support.processes import server_env  # noqa: E402
 
 SINGLE = "postgres://postgres@127.0.0.1:5432/controlplane_bench_failover"
+
+
+def tool_env(run_dir: Path) -> dict[str, str]:
+    """The gateway's downstream for the agents' MCP tool calls: the counting server, its ledger in ``run_dir``."""
+    return {
+        "MCP_DOWNSTREAMS": json.dumps([counting_downstream(run_dir / "tool-ledger.jsonl", timeout=5)]),
+        "MCP_LOST_GRACE_SECONDS": "2",
+    }
 
 
 class Node:
@@ -61,7 +70,7 @@ class Node:
             "create database controlplane_bench_failover",
         ):
             subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", sql], check=True)
-        self.env = server_env(DATABASE_URL=SINGLE, TOKEN_CACHE_SECONDS="0")
+        self.env = server_env(DATABASE_URL=SINGLE, TOKEN_CACHE_SECONDS="0", **tool_env(run_dir))
         self.manage("migrate", "--noinput")
         self.server = AppServer(run_dir, self.env).start()
 
@@ -95,7 +104,7 @@ def seed(url: str, operator_token: str, namespace: str, count: int) -> None:
             body = {
                 "namespace": namespace,
                 "node_id": "n",
-                "input": {"i": i, "kind": "effect" if i % 4 == 0 else "plain"},
+                "input": {"i": i, "kind": {0: "effect", 2: "mcp"}.get(i % 4, "plain")},
             }
             return ha.answered(http, "POST", "/api/v1/tasks", json=body).status_code
 
@@ -174,6 +183,7 @@ def failovers(
     entries = ha.history(paths)
     run = ha.judge(cluster, entries, kills, namespace=namespace)
     run["effect_keys_sent_twice"] = sum(1 for calls in target.calls.values() if len(calls) > 1)
+    run |= ha.tool_calls(cluster, entries, kills, logs / "tool-ledger.jsonl", namespace=namespace)
     print(f"  {run}", flush=True)
     verdict = trace.replay([e for e in trace.recorded(cluster.sql) if e.namespace == namespace])
     run["trace_events"], run["trace_explained"], run["trace_seconds"] = (
@@ -213,7 +223,7 @@ def main() -> None:
 
     cluster = ha.Cluster(logs, sync=True).up()
     try:
-        cluster.control_plane(TOKEN_CACHE_SECONDS="0")
+        cluster.control_plane(TOKEN_CACHE_SECONDS="0", **tool_env(logs))
         operator = cluster.token("bench-op", "operator")
         tokens = [cluster.token(f"bench-w{i}", "worker") for i in range(args.workers)]
         sync = throughput(
@@ -264,6 +274,10 @@ def main() -> None:
         "generations_stored_twice",
         "live_holders_twice",
         "effect_keys_sent_twice",
+        "mcp_calls_answered",
+        "mcp_calls_lost",
+        "mcp_calls_answered_after_last_failover",
+        "mcp_keys_acted_on_twice",
         "stale_refused",
         "stale_refused_epoch",
         "failover_fences",

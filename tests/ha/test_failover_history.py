@@ -39,23 +39,6 @@ SECONDS = float(os.environ.get("HA_SECONDS", str(12 + 10 * FAILOVERS)))
 WORKERS = 3
 
 
-def _tool_calls(entries: list[dict], cluster, ledger) -> dict:
-    """The MCP tool calls of the run (tests/chaos/worker.py ``tool_call``): every one the tool answered has its
-    effect COMMITTED on the new leader, and the downstream acted at most once per idempotency key."""
-    answered = [e for e in entries if e["op"] == "mcp" and e["status"] == 200]
-    states = dict(cluster.sql("select task_id, state from claims_effect where effect_slot like 'mcp:%%'"))
-    acted: dict[str, int] = {}
-    for line in ledger.read_text().splitlines() if ledger.exists() else []:
-        key = json.loads(line).get("key") or "?"
-        acted[key] = acted.get(key, 0) + 1
-    return {
-        "answered": len(answered),
-        "lost": sum(1 for e in answered if states.get(e["task_id"]) != "COMMITTED"),
-        "keys_acted_on_twice": sum(1 for n in acted.values() if n > 1),
-        "acted": sum(acted.values()),
-    }
-
-
 def _workers(cluster, server, tmp_path, target_url):
     tokens = [cluster.token(f"ha-chaos-w{i}", "worker") for i in range(WORKERS)]
     logs = [tmp_path / f"w{i}.jsonl" for i in range(WORKERS)]
@@ -129,8 +112,9 @@ def test_nothing_acknowledged_is_lost_across_failovers_under_load(cluster, tmp_p
     sent_per_key = {key: len(calls) for key, calls in effect_target.calls.items()}
     assert sent_per_key and all(count == 1 for count in sent_per_key.values()), sent_per_key
     # The agents' MCP tool calls through the gateway: each answered one kept, none acted on twice.
-    tools = _tool_calls(entries, cluster, ledger)
-    assert tools["answered"] > 0 and tools["lost"] == tools["keys_acted_on_twice"] == 0, tools
+    tools = ha.tool_calls(cluster, entries, kills, ledger, namespace="ha-chaos")
+    assert tools["mcp_calls_answered_after_last_failover"] > 0, tools
+    assert tools["mcp_calls_lost"] == tools["mcp_keys_acted_on_twice"] == 0, tools
     # During the switches: 503 or no answer, never a 500.
     assert run["answered_500"] == 0, run
     # Every worker resumes after each failover.
@@ -144,8 +128,9 @@ def test_nothing_acknowledged_is_lost_across_failovers_under_load(cluster, tmp_p
     print(
         f"\nFAILOVERS {len(kills)} (new leaders {[k.leader for k in kills]}, promoted {run['promoted_seconds']} s "
         f"after the kill): {run['operations']} operations, {run['grants']} grants, {run['commits']} commits, "
-        f"{run['effect_outcomes']} effect outcomes and {tools['answered']} MCP tool calls acknowledged and all "
-        f"kept ({tools['acted']} acts downstream, none twice); {run['answered_503_or_nothing']} "
+        f"{run['effect_outcomes']} effect outcomes and {tools['mcp_calls_answered']} MCP tool calls acknowledged "
+        f"and all kept (none acted on twice downstream; {tools['mcp_calls_answered_after_last_failover']} after the "
+        f"last failover); {run['answered_503_or_nothing']} "
         f"requests answered 503 or not at all; first claim after a failover p50 {run['resume_seconds_p50']:.2f} s, "
         f"p99 {run['resume_seconds_p99']:.2f} s; {verdict.events} recorded events explained by model/trace.pml in "
         f"{verdict.seconds:.1f} s"

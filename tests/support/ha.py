@@ -219,3 +219,31 @@ def answered(http: httpx.Client, method: str, path: str, *, seconds: float = 60,
         if response.status_code != 503 or time.monotonic() > deadline:
             return response
         time.sleep(float(response.headers.get("Retry-After", "1")) / 4)
+
+
+def tool_calls(
+    cluster: Cluster, entries: list[dict], kills: list[Kill], ledger: Path, *, namespace: str
+) -> dict:
+    """The run's MCP tool calls (tests/chaos/worker.py ``tool_call``), judged against the leader's rows and the
+    downstream's ledger (tests/gateway/counting_server.py): every call the tool answered has its effect COMMITTED,
+    the downstream acted at most once per idempotency key, and calls were answered after the last failover (the
+    gateway, in the same server process, connected again by itself)."""
+    answered = [e for e in entries if e["op"] == "mcp" and e["status"] == 200]
+    states = dict(
+        cluster.sql(
+            "select e.task_id, e.state from claims_effect e join claims_task t on t.task_id = e.task_id "
+            "join claims_namespace n on n.id = t.namespace_id where n.name = %s and e.effect_slot like 'mcp:%%'",
+            (namespace,),
+        )
+    )
+    acted: dict[str, int] = {}
+    for line in ledger.read_text().splitlines() if ledger.exists() else []:
+        key = json.loads(line).get("key") or "?"
+        acted[key] = acted.get(key, 0) + 1
+    last_kill = max((k.killed for k in kills), default=0.0)
+    return {
+        "mcp_calls_answered": len(answered),
+        "mcp_calls_lost": sum(1 for e in answered if states.get(e["task_id"]) != "COMMITTED"),
+        "mcp_calls_answered_after_last_failover": sum(1 for e in answered if e["t0"] > last_kill),
+        "mcp_keys_acted_on_twice": sum(1 for n in acted.values() if n > 1),
+    }
