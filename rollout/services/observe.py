@@ -461,6 +461,8 @@ def _releasable(position_id: int, judged: str) -> str | None:
     every standby (``pg_stat_replication``): the position judged is kept pending with our WAL position after it, and
     released by a later pass once the standbys have it — the slot lags a pass behind. At once where our database is
     synchronous, has no standby (``auto``), or where LEGACY_OBSERVE_SLOT_RELEASE is ``commit``."""
+    # ``ours`` below must come after the position's commit record: the update above committed on its own.
+    assert not connection.in_atomic_block, "the position's update must be committed before our WAL is read"
     mode = settings.LEGACY_OBSERVE_SLOT_RELEASE
     at_once = connection.vendor != "postgresql" or mode == "commit"
     if not at_once:

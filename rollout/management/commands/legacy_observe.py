@@ -75,7 +75,8 @@ class Command(BaseCommand):
                     counts = observers.once(limit=limit)
                 except DatabaseError as exc:  # a database restarting or failing over: connect again, go on
                     switched = history_changed(exc)
-                    retries_left -= switched
+                    if switched:
+                        retries_left -= 1
                     if once and (not switched or retries_left < 0):
                         raise
                     self.stderr.write(f"the pass failed ({type(exc).__name__}: {exc}); connecting again")
