@@ -91,7 +91,8 @@ def documented(
 
     def document(view: type[_Call]) -> type[_Call]:
         more = {} if description is None else {"description": description}
-        post = operation(operation_id, {view.status: answer}, errors, request=view.input, **more, **schema)
+        answers = answer if isinstance(answer, dict) else {view.status: answer}
+        post = operation(operation_id, answers, errors, request=view.input, **more, **schema)
         return extend_schema_view(post=post)(view)
 
     return document
@@ -179,27 +180,53 @@ def rendered(serializer_class: type[Serializer], value: Any) -> dict[str, Any]:
     return built(serializer_class).to_representation(value)
 
 
+# One call of one service: its input parsed (``input``; None: no body), the service called with the principal, what
+# the URL names (the task, the effect) and the input, and its value answered through ``body`` with ``status`` (200
+# unless said). Comments, not a docstring: drf-spectacular would show a base class's docstring as the description of
+# every endpoint built on it that gives none.
+class ServiceCall(APIView):
+    input: type[Serializer] | None
+    service: Callable[..., Any]
+    body: Callable[[Any], dict[str, Any]]
+    status = 200
+    # a URL name the service calls otherwise (the rollout's ``ns`` is its services' ``namespace``)
+    as_named: dict[str, str] = {}
+    keyed = False  # a claim: its Idempotency-Key names the request (``claim_request``)
+
+    def post(self, request: AuthedRequest, **named: str) -> Response:
+        data = parsed(self.input, request) if self.input is not None else {}
+        called = {self.as_named.get(name, name): value for name, value in named.items()}
+        with services.claim_keys.requested(claim_request(request, data) if self.keyed else None):
+            value = type(self).service(principal=request.user, **called, **data)
+        return Response(self.answer(value, **named), status=self.status_of(value))
+
+    def answer(self, value: Any, **named: str) -> dict[str, Any]:
+        return type(self).body(value)
+
+    def status_of(self, value: Any) -> int:
+        return self.status
+
+
 # --- tasks --------------------------------------------------------------------------------------------
 
 
-class TaskListCreateApi(APIView):
+@documented(
+    "task_create",
+    {201: s.TaskOut, 200: OpenApiResponse(s.TaskOut, description="Idempotent repeat.")},
+    "Create a task: READY, or BLOCKED while any `depends_on` task is not COMMITTED. Re-creating an existing task_id "
+    "with the same definition returns it (200); anything else is 409 TASK_EXISTS. An unknown namespace, depends_on "
+    "task or resource in the body is a 400.",
+    errors=(400, 401, 403, 409),
+)
+class TaskListCreateApi(ServiceCall):
+    input, service = s.TaskCreateIn, staticmethod(services.task_create)
+    body = staticmethod(lambda created: task_body(selectors.task_get(task_id=created.task.task_id)))
+
     def get_permissions(self):
         return [IsTaskCreator()] if self.request.method == "POST" else [AnyRole()]
 
-    @operation(
-        "task_create",
-        {201: s.TaskOut, 200: OpenApiResponse(s.TaskOut, description="Idempotent repeat.")},
-        (400, 401, 403, 409),
-        request=s.TaskCreateIn,
-        description="Create a task: READY, or BLOCKED while any `depends_on` task is not COMMITTED. Re-creating "
-        "an existing task_id with the same definition returns it (200); anything else is 409 TASK_EXISTS. "
-        "An unknown namespace, depends_on task or resource in the body is a 400.",
-    )
-    def post(self, request: AuthedRequest) -> Response:
-        data = parsed(s.TaskCreateIn, request)
-        created = services.task_create(principal=request.user, **data)
-        task = selectors.task_get(task_id=created.task.task_id)
-        return Response(task_body(task), status=201 if created.created else 200)
+    def status_of(self, created: Any) -> int:
+        return 201 if created.created else 200
 
     @operation(
         "task_list",
@@ -233,30 +260,6 @@ class TaskEventsApi(APIView):
     )
     def get(self, request: AuthedRequest, task_id: str) -> Response:
         return paginated(self, request, selectors.task_events(task_id=task_id), lambda e: s.EventOut(e).data)
-
-
-# One call of one service: its input parsed (``input``; None: no body), the service called with the principal, what
-# the URL names (the task, the effect) and the input, and its value answered through ``body`` with ``status`` (200
-# unless said). Comments, not a docstring: drf-spectacular would show a base class's docstring as the description of
-# every endpoint built on it that gives none.
-class ServiceCall(APIView):
-    input: type[Serializer] | None
-    service: Callable[..., Any]
-    body: Callable[[Any], dict[str, Any]]
-    status = 200
-    # a URL name the service calls otherwise (the rollout's ``ns`` is its services' ``namespace``)
-    as_named: dict[str, str] = {}
-    keyed = False  # a claim: its Idempotency-Key names the request (``claim_request``)
-
-    def post(self, request: AuthedRequest, **named: str) -> Response:
-        data = parsed(self.input, request) if self.input is not None else {}
-        called = {self.as_named.get(name, name): value for name, value in named.items()}
-        with services.claim_keys.requested(claim_request(request, data) if self.keyed else None):
-            value = type(self).service(principal=request.user, **called, **data)
-        return Response(self.answer(value, **named), status=self.status)
-
-    def answer(self, value: Any, **named: str) -> dict[str, Any]:
-        return type(self).body(value)
 
 
 # An operator's action on a task: answered with the task as it now is, read again.

@@ -27,40 +27,36 @@ def _effect_body(effect: Effect, outcome: str) -> dict[str, Any]:
     }
 
 
-class EffectPrepareApi(APIView):
+@documented(
+    "effect_prepare",
+    {
+        201: OpenApiResponse(es.EffectOut, description="A new record, PREPARED and bound to payload_digest."),
+        200: OpenApiResponse(
+            es.EffectOut,
+            description="Same digest: PREPARED | RECONCILE_REQUIRED | ALREADY_COMMITTED (a FAILED effect is PREPARED "
+            "again).",
+        ),
+        202: OpenApiResponse(es.EffectOut, description="NON_REPLAYABLE: APPROVAL_REQUIRED until approved."),
+    },
+    "Authority: the current, unfenced, unexpired attempt of an uncancelled task (else 409 CANCELLED or FENCED). "
+    "Another digest for the slot: 409 PAYLOAD_CONFLICT with current {effect_id, state, bound_payload_digest}. Send "
+    "`idempotency_key` (= effect_id) and your claim_generation downstream.",
+)
+class EffectPrepareApi(ServiceCall):
     permission_classes = [IsWorker]
+    input, service = es.EffectPrepareIn, staticmethod(services.effect_prepare)
 
-    @operation(
-        "effect_prepare",
-        {
-            201: OpenApiResponse(
-                es.EffectOut, description="A new record, PREPARED and bound to payload_digest."
-            ),
-            200: OpenApiResponse(
-                es.EffectOut,
-                description="Same digest: PREPARED | RECONCILE_REQUIRED | "
-                "ALREADY_COMMITTED (a FAILED effect is PREPARED again).",
-            ),
-            202: OpenApiResponse(
-                es.EffectOut, description="NON_REPLAYABLE: APPROVAL_REQUIRED until approved."
-            ),
-        },
-        request=es.EffectPrepareIn,
-        description="Authority: the current, unfenced, unexpired attempt of an uncancelled task (else 409 CANCELLED or "
-        "FENCED). Another digest for the slot: 409 PAYLOAD_CONFLICT with current {effect_id, state, "
-        "bound_payload_digest}. Send `idempotency_key` (= effect_id) and your claim_generation downstream.",
-    )
-    def post(self, request: AuthedRequest) -> Response:
-        data = parsed(es.EffectPrepareIn, request)
-        prepared = services.effect_prepare(principal=request.user, **data)
-        if prepared.outcome == "APPROVAL_REQUIRED":
-            status = 202
-        else:
-            status = 201 if prepared.created else 200
+    @staticmethod
+    def body(prepared: Any) -> dict[str, Any]:
         body = _effect_body(prepared.effect, prepared.outcome)
         if prepared.outcome == "APPROVAL_REQUIRED":
-            body.pop("idempotency_key")
-        return Response(body, status=status)
+            body.pop("idempotency_key")  # not to be used until an operator approves
+        return body
+
+    def status_of(self, prepared: Any) -> int:
+        if prepared.outcome == "APPROVAL_REQUIRED":
+            return 202
+        return 201 if prepared.created else 200
 
 
 class EffectDetailApi(APIView):

@@ -8,9 +8,11 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 
+from .models import Effect, EffectEvent
 from .serializers import (
     DigestField,
     JSONValueField,
+    RowOut,
     StrictCharField,
     StrictSerializer,
     StrictUUIDField,
@@ -120,31 +122,32 @@ class EffectOut(serializers.Serializer):
     idempotency_key = serializers.CharField(required=False)
 
 
-class EffectHistoryOut(serializers.Serializer):
-    kind = serializers.CharField()
-    from_state = serializers.CharField()
-    to_state = serializers.CharField()
-    at = serializers.DateTimeField()
-    attempt_id = serializers.UUIDField(allow_null=True)
-    claim_generation = serializers.IntegerField(allow_null=True)
-    principal = serializers.CharField()
-    detail = serializers.JSONField()
+class EffectHistoryOut(RowOut):
+    class Meta:
+        model = EffectEvent
+        fields = [
+            "kind",
+            "from_state",
+            "to_state",
+            "at",
+            "attempt_id",
+            "claim_generation",
+            "principal",
+            "detail",
+        ]
 
 
-class EffectDetailOut(serializers.Serializer):
-    effect_id = serializers.CharField()
+class EffectDetailOut(RowOut):
     task_id = serializers.CharField()
-    node_id = serializers.CharField()
-    effect_slot = serializers.CharField()
     state = serializers.CharField()
-    payload_digest = serializers.CharField()
-    non_replayable = serializers.BooleanField()
-    approved_at = serializers.DateTimeField(allow_null=True)
-    approved_by = serializers.CharField()
-    external_ref = serializers.CharField()
-    created_at = serializers.DateTimeField()
-    updated_at = serializers.DateTimeField()
     history = EffectHistoryOut(many=True)
+
+    class Meta:
+        model = Effect
+        fields = [
+            *("effect_id", "task_id", "node_id", "effect_slot", "state", "payload_digest", "non_replayable"),
+            *("approved_at", "approved_by", "external_ref", "created_at", "updated_at", "history"),
+        ]
 
 
 class ResourceOut(serializers.Serializer):

@@ -361,6 +361,16 @@ class ErrorOut(serializers.Serializer):
     detail = serializers.CharField()
 
 
+# A model row as an answer: the fields ``Meta.fields`` names, each always present (the schema marks them all
+# required, whatever the model's defaults). A comment, not a docstring: the schema would show a docstring.
+class RowOut(serializers.ModelSerializer):
+    def get_extra_kwargs(self) -> dict[str, Any]:
+        extra = super().get_extra_kwargs()
+        for name in self.Meta.fields:
+            extra.setdefault(name, {}).setdefault("required", True)
+        return extra
+
+
 def paginated(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
     """The schema of a DRF-paginated list: ``{count, next, previous, results: [item]}``."""
     return type(

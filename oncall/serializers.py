@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from claims.serializers import paginated
+from claims.models import AuditEntry
+from claims.serializers import RowOut, paginated
 
 
 class FenceOut(serializers.Serializer):
@@ -13,15 +14,12 @@ class FenceOut(serializers.Serializer):
     claims_paused = serializers.BooleanField()
 
 
-class AuditOut(serializers.Serializer):
-    at = serializers.DateTimeField()
-    principal = serializers.CharField()
-    role = serializers.CharField()
-    action = serializers.CharField()
-    namespace = serializers.CharField()
-    target = serializers.CharField()
-    reason = serializers.CharField()
+class AuditOut(RowOut):
     detail = serializers.DictField()
+
+    class Meta:
+        model = AuditEntry
+        fields = ["at", "principal", "role", "action", "namespace", "target", "reason", "detail"]
 
 
 AuditPage = paginated(AuditOut, "AuditPage")

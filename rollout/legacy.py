@@ -42,6 +42,10 @@ class LegacyVerdict:
     expires_at: datetime | None
     at: datetime | None = None  # the clock the store decided on, read after its row lock
 
+    @property
+    def outcome(self) -> str:  # the word, as the legacy API answers it
+        return self.word
+
 
 class LegacyUnit:
     """One transaction of ours in which a legacy table in another database may decide (``legacy_unit``): that

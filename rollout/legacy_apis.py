@@ -14,7 +14,6 @@ from claims.permissions import IsWorker
 from claims.serializers import OutcomeOut
 
 from . import serializers as s
-from .legacy import LegacyVerdict
 from .services.legacy_api import legacy_operation
 from .services.operations import CLAIM, COMPLETE, HEARTBEAT, RELEASE, TaskOperation
 
@@ -40,64 +39,51 @@ class _LegacyOperation(APIView):
     input: type[Serializer]
     out: type[Serializer]
 
-    def answer(self, verdict: LegacyVerdict) -> dict[str, Any]:
-        return {"outcome": verdict.word}
-
     def post(self, request: AuthedRequest, task_id: str) -> Response:
         data = parsed(self.input, request)
         served = legacy_operation(self.operation, principal=request.user, task_id=task_id, **data)
-        return Response(self.out(self.answer(served.verdict)).data)
+        return Response(self.out(served.verdict).data)
 
 
-def _documented(operation_id: str, request: type, out: type, description: str = "") -> Any:
-    return extend_schema_view(
-        post=extend_schema(
+def _documented(operation_id: str, description: str = "") -> Any:
+    def document(view: type[_LegacyOperation]) -> type[_LegacyOperation]:
+        post = extend_schema(
             operation_id=operation_id,
-            request=request,
+            request=view.input,
             tags=["legacy"],
-            responses={200: out, **_errors()},
+            responses={200: view.out, **_errors()},
             description=description,
         )
-    )
+        return extend_schema_view(post=post)(view)
+
+    return document
 
 
 @_documented(
     "legacy_claim",
-    s.LegacyClaimIn,
-    s.LegacyClaimedOut,
     "Legacy claim: 200 {owner_id, expires_at}; 409 {outcome: HELD, owner_id, expires_at} while another owner's "
     "claim is unexpired; 409 PROTOCOL_TOO_OLD from V1_WRITES on.",
 )
 class LegacyClaimApi(_LegacyOperation):
     operation, input, out = CLAIM, s.LegacyClaimIn, s.LegacyClaimedOut
 
-    def answer(self, verdict: LegacyVerdict) -> dict[str, Any]:
-        return {"owner_id": verdict.owner_id, "expires_at": verdict.expires_at}
-
 
 @_documented(
     "legacy_heartbeat",
-    s.LegacyClaimIn,
-    s.LegacyHeartbeatOut,
     "Legacy heartbeat: 200 {expires_at}; 409 NOT_OWNER if the row names another owner; 409 FENCED (EPOCH) under a "
     "lease granted before an epoch fence.",
 )
 class LegacyHeartbeatApi(_LegacyOperation):
     operation, input, out = HEARTBEAT, s.LegacyClaimIn, s.LegacyHeartbeatOut
 
-    def answer(self, verdict: LegacyVerdict) -> dict[str, Any]:
-        return {"expires_at": verdict.expires_at}
 
-
-@_documented("legacy_release", s.LegacyReleaseIn, OutcomeOut)
+@_documented("legacy_release")
 class LegacyReleaseApi(_LegacyOperation):
     operation, input, out = RELEASE, s.LegacyReleaseIn, OutcomeOut
 
 
 @_documented(
     "legacy_complete",
-    s.LegacyCompleteIn,
-    OutcomeOut,
     "Unconditional: last write wins (that is the legacy protocol) — except that, where legacy decides, a complete "
     "under a lease granted before an epoch fence is refused 409 FENCED (EPOCH): the epoch rule holds in every stage.",
 )

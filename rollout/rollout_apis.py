@@ -203,28 +203,20 @@ class PoolsApi(APIView):
         return Response(s.PoolsOut({"results": selectors.pools()}).data)
 
 
-class RegisterApi(APIView):
+@documented(
+    "worker_register",
+    s.RegisteredOut,
+    "409 PROTOCOL_TOO_OLD when the protocol is older than the namespace requires (claim.v1 from V1_WRITES on, or "
+    "per min_protocol); the worker's claims are then refused until it registers again with a newer protocol.",
+)
+class RegisterApi(ServiceCall):
     permission_classes = [IsWorker]
-
-    @operation(
-        "worker_register",
-        {201: s.RegisteredOut},
-        request=s.RegisterIn,
-        description="409 PROTOCOL_TOO_OLD when the protocol is older than the namespace requires "
-        "(claim.v1 from V1_WRITES on, or per min_protocol); the worker's claims are then refused until "
-        "it registers again with a newer protocol.",
-    )
-    def post(self, request: AuthedRequest) -> Response:
-        data = parsed(s.RegisterIn, request)
-        reg = workers.worker_register(principal=request.user, **data)
-        return Response(s.RegisteredOut(reg).data, status=201)
+    input, service, status = s.RegisterIn, staticmethod(workers.worker_register), 201
+    body = staticmethod(lambda reg: s.RegisteredOut(reg).data)
 
 
-class HeartbeatApi(APIView):
+@documented("worker_heartbeat", s.WorkerHeartbeatOut)
+class HeartbeatApi(ServiceCall):
     permission_classes = [IsWorker]
-
-    @operation("worker_heartbeat", s.WorkerHeartbeatOut, request=s.HeartbeatIn)
-    def post(self, request: AuthedRequest) -> Response:
-        data = parsed(s.HeartbeatIn, request)
-        reg = workers.worker_heartbeat(principal=request.user, **data)
-        return Response(s.WorkerHeartbeatOut(reg).data)
+    input, service = s.HeartbeatIn, staticmethod(workers.worker_heartbeat)
+    body = staticmethod(lambda reg: s.WorkerHeartbeatOut(reg).data)

@@ -7,6 +7,7 @@ from claims.digest import digest
 from claims.serializers import (
     DigestField,
     JSONValueField,
+    RowOut,
     StrictCharField,
     StrictSerializer,
     identifier,
@@ -14,7 +15,7 @@ from claims.serializers import (
     paginated,
 )
 
-from .models import Protocol, Stage
+from .models import ExplainRule, Protocol, Stage, WorkerRegistration
 
 # --- namespaces, with the rollout's record of them ------------------------------------------------------------
 
@@ -271,13 +272,12 @@ class RollbackStartedOut(serializers.Serializer):
     scheduler_epoch = serializers.IntegerField()
 
 
-class ExplainRuleOut(serializers.Serializer):
-    id = serializers.IntegerField()
-    namespace = serializers.CharField()
+class ExplainRuleOut(RowOut):
     reason = serializers.CharField()
-    note = serializers.CharField()
-    created_by = serializers.CharField()
-    created_at = serializers.DateTimeField()
+
+    class Meta:
+        model = ExplainRule
+        fields = ["id", "namespace", "reason", "note", "created_by", "created_at"]
 
 
 class PointCoverageOut(serializers.Serializer):
@@ -299,13 +299,10 @@ class WaiverOut(serializers.Serializer):
     at = serializers.DateTimeField()
 
 
-class PoolWorkerOut(serializers.Serializer):
-    principal = serializers.CharField()
-    namespace = serializers.CharField()
-    protocol = serializers.CharField()
-    binary_version = serializers.CharField()
-    refused = serializers.BooleanField()
-    last_heartbeat = serializers.DateTimeField()
+class PoolWorkerOut(RowOut):
+    class Meta:
+        model = WorkerRegistration
+        fields = ["principal", "namespace", "protocol", "binary_version", "refused", "last_heartbeat"]
 
 
 class PoolOut(serializers.Serializer):
