@@ -13,6 +13,7 @@ stopped (the scrape then still answers correctly, only slower as the unfolded st
 
 from __future__ import annotations
 
+import functools
 import hmac
 from collections import defaultdict
 from collections.abc import Iterator
@@ -193,14 +194,10 @@ def _database_families() -> Iterator:
     yield fences
 
 
-_registered = False
-
-
+@functools.cache
 def register() -> None:
-    global _registered
-    if not _registered:
-        REGISTRY.register(ClaimsCollector())
-        _registered = True
+    """Once per process: the collector joins the default registry."""
+    REGISTRY.register(ClaimsCollector())
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

@@ -4,6 +4,7 @@ audited), and the recent tool calls with their tool, arguments' digest and answe
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
@@ -61,26 +62,13 @@ def _seconds(raw: str) -> float:
         raise Invalid({"call_timeout_seconds": ["Must be a number of seconds."]}) from None
 
 
-@require_POST
-@role_required("operator")
-def downstream_save(request: HttpRequest) -> HttpResponse:
-    post = request.POST
+def _saved(request: HttpRequest, form: str, save: Callable[[], object], done: str) -> HttpResponse:
+    """One change sent by the page's ``form``: saved (the service audits it) and said, or refused with the form kept."""
     try:
-        services.downstream_save(
-            principal=acting(request),
-            name=post.get("name", "").strip(),
-            prefix=post.get("prefix", "").strip() or post.get("name", "").strip(),
-            transport=post.get("transport", ""),
-            command=[line.strip() for line in post.get("command", "").splitlines() if line.strip()],
-            env=_json_field(post.get("env", ""), "env", dict),
-            url=post.get("url", "").strip(),
-            call_timeout_seconds=_seconds(post.get("call_timeout_seconds", "")),
-            trust_annotations=post.get("trust_annotations") == "on",
-            enabled=post.get("enabled", "on") == "on",
-        )
+        save()
     except ClaimError as exc:
-        return refused(request, exc, form="downstream", again=lambda: gateway_page(request), back=_back)
-    messages.success(request, f"Saved server {post.get('name')}.")
+        return refused(request, exc, form=form, again=lambda: gateway_page(request), back=_back)
+    messages.success(request, done)
     return _back()
 
 
@@ -90,13 +78,38 @@ def _back() -> HttpResponse:
 
 @require_POST
 @role_required("operator")
+def downstream_save(request: HttpRequest) -> HttpResponse:
+    post = request.POST
+    name = post.get("name", "").strip()
+
+    def save() -> object:
+        return services.downstream_save(
+            principal=acting(request),
+            name=name,
+            prefix=post.get("prefix", "").strip() or name,
+            transport=post.get("transport", ""),
+            command=[line.strip() for line in post.get("command", "").splitlines() if line.strip()],
+            env=_json_field(post.get("env", ""), "env", dict),
+            url=post.get("url", "").strip(),
+            call_timeout_seconds=_seconds(post.get("call_timeout_seconds", "")),
+            trust_annotations=post.get("trust_annotations") == "on",
+            enabled=post.get("enabled", "on") == "on",
+        )
+
+    return _saved(request, "downstream", save, f"Saved server {name}.")
+
+
+@require_POST
+@role_required("operator")
 def tool_rule_set(request: HttpRequest) -> HttpResponse:
     post = request.POST
-    try:
-        services.tool_rule_set(
+    downstream, tool = post.get("downstream", "").strip(), post.get("tool", "").strip()
+
+    def save() -> object:
+        return services.tool_rule_set(
             principal=acting(request),
-            downstream=post.get("downstream", "").strip(),
-            tool=post.get("tool", "").strip(),
+            downstream=downstream,
+            tool=tool,
             kind=post.get("kind", ToolKind.EFFECT),
             record_reads=post.get("record_reads") == "on",
             slot_from=post.get("slot_from", SlotFrom.CANONICAL),
@@ -106,7 +119,5 @@ def tool_rule_set(request: HttpRequest) -> HttpResponse:
             occurred_if=post.get("occurred_if", Occurred.NOT_ERROR),
             occurred_text=post.get("occurred_text", ""),
         )
-    except ClaimError as exc:
-        return refused(request, exc, form="rule", again=lambda: gateway_page(request), back=_back)
-    messages.success(request, f"Saved the rule of {post.get('downstream')}/{post.get('tool')}.")
-    return _back()
+
+    return _saved(request, "rule", save, f"Saved the rule of {downstream}/{tool}.")

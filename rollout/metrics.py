@@ -7,6 +7,7 @@ bounds. Registered by the app, so a core-only deployment has none."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -53,22 +54,16 @@ class ValidationCollector(Collector):
             if reached:
                 ratio.add_metric([point], checked / reached)
         yield ratio
-        pending = GaugeMetricFamily(
+        yield _by_namespace(
             "rollout_legacy_writes_pending",
             "claim.v1 decisions (V1_WRITES) not yet written through to a legacy table in another database.",
-            labels=["namespace"],
+            selectors.legacy_writes_pending_by_namespace(),
         )
-        for name, count in selectors.legacy_writes_pending_by_namespace().items():
-            pending.add_metric([name], count)
-        yield pending
-        direct = GaugeMetricFamily(
+        yield _by_namespace(
             "rollout_direct_legacy_writes",
             "Observe mode, from V1_WRITES on: old binaries' writes straight to the legacy table, not yet reviewed.",
-            labels=["namespace"],
+            selectors.direct_writes_by_namespace(),
         )
-        for name, count in selectors.direct_writes_by_namespace().items():
-            direct.add_metric([name], count)
-        yield direct
         lag = GaugeMetricFamily(
             "rollout_observer_lag_bytes",
             "WAL of the legacy table's database the observer's slot still holds (observe mode), at its last pass.",
@@ -106,11 +101,14 @@ class ValidationCollector(Collector):
         yield lease
 
 
-_registered = False
+def _by_namespace(name: str, documentation: str, counts: dict[str, int]) -> GaugeMetricFamily:
+    gauge = GaugeMetricFamily(name, documentation, labels=["namespace"])
+    for namespace, count in counts.items():
+        gauge.add_metric([namespace], count)
+    return gauge
 
 
+@functools.cache
 def register() -> None:
-    global _registered
-    if not _registered:
-        REGISTRY.register(ValidationCollector())
-        _registered = True
+    """Once per process: the collector joins the default registry."""
+    REGISTRY.register(ValidationCollector())

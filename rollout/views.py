@@ -126,6 +126,19 @@ def rollout_page(request: HttpRequest, ns: str) -> HttpResponse:
         return render(request, part or "rollout/rollout.html", context)
 
 
+def _confirmed(request: HttpRequest, flag: str, unticked: str) -> bool:
+    """Whether the form asks for ``flag`` (an override, a force); asked for, its ``confirm_<flag>`` box must be
+    ticked — the console's confirmation (Invalid otherwise, with ``unticked`` as the field's error)."""
+    asked = bool(request.POST.get(flag))
+    if asked and request.POST.get(f"confirm_{flag}") != "on":
+        raise Invalid({f"confirm_{flag}": [unticked]})
+    return asked
+
+
+def _move(request: HttpRequest) -> dict[str, str]:
+    return {"to_stage": request.POST.get("to_stage", ""), "reason": request.POST.get("reason", "")}
+
+
 @role_required("operator")
 def advance(request: HttpRequest, ns: str) -> HttpResponse:
     """GET: the gate's figures and a confirm button. POST: advance (oncall may override with a reason)."""
@@ -138,16 +151,10 @@ def advance(request: HttpRequest, ns: str) -> HttpResponse:
 
     if request.method != "POST":
         return page()
-    override = bool(request.POST.get("override"))
     try:
-        if override and request.POST.get("confirm_override") != "on":  # the console's confirmation
-            raise Invalid({"confirm_override": ["Tick that you mean to advance with the gate shut."]})
+        override = _confirmed(request, "override", "Tick that you mean to advance with the gate shut.")
         stage, gate = stages.advance(
-            principal=acting(request),
-            namespace=ns,
-            to_stage=request.POST.get("to_stage", ""),
-            reason=request.POST.get("reason", ""),
-            override=override,
+            principal=acting(request), namespace=ns, override=override, **_move(request)
         )
     except ClaimError as exc:
         return refused(request, exc, form="advance", again=page, back=lambda: redirect(request.path))
@@ -165,17 +172,9 @@ def advance(request: HttpRequest, ns: str) -> HttpResponse:
 @require_POST
 @role_required("oncall")
 def rollback(request: HttpRequest, ns: str) -> HttpResponse:
-    force = bool(request.POST.get("force"))
     try:
-        if force and request.POST.get("confirm_force") != "on":  # the console's confirmation
-            raise Invalid({"confirm_force": ["Tick that you mean to finish without a clean drain."]})
-        done = stages.rollback(
-            principal=acting(request),
-            namespace=ns,
-            to_stage=request.POST.get("to_stage", ""),
-            reason=request.POST.get("reason", ""),
-            force=force,
-        )
+        force = _confirmed(request, "force", "Tick that you mean to finish without a clean drain.")
+        done = stages.rollback(principal=acting(request), namespace=ns, force=force, **_move(request))
     except ClaimError as exc:
         return refused(
             request, exc, form="rollback", again=lambda: rollout_page(request, ns), back=lambda: _home(ns)

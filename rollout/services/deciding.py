@@ -86,17 +86,7 @@ def compared(
 ) -> Routed:
     """The comparison recorded, and the answer as legacy decided it: ``decided_by`` is ``legacy`` when it
     accepted, else its refusal word (raised by the caller once the transaction is over)."""
-    mismatch = compare(
-        namespace=ask.namespace,
-        task_id=ask.task_id,
-        operation=each,
-        api=ask.api,
-        owner_id=ask.owner_id,
-        legacy=verdict,
-        v1=v1,
-        same_result=same_result,
-        records=records,
-    )
+    mismatch = compare(ask, each, verdict, v1, same_result=same_result, records=records)
     fields = view(ask.task_id, v1, mismatch.id if mismatch else None, task)
     if verdict.accepted:
         fields = {"outcome": each.accepted, **fields, **each.extras(v1, verdict)}

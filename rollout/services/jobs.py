@@ -6,8 +6,8 @@ from claims.models import Task, TaskState
 
 from ..legacy import LegacyVerdict, legacy_store
 from ..models import Mismatch, MismatchReason
-from .operations import COMPLETE
-from .shadow import V1Verdict, compare
+from .operations import COMPLETE, LEGACY
+from .shadow import Seen, V1Verdict, compare
 
 
 def settle_winner_differs(*, namespace: str | None = None) -> int:
@@ -28,13 +28,10 @@ def settle_winner_differs(*, namespace: str | None = None) -> int:
         ).exists():
             continue
         compare(
-            namespace=task.namespace.name,
-            task_id=task.task_id,
-            operation=COMPLETE,
-            api="legacy",
-            owner_id=row.completed_by,
-            legacy=LegacyVerdict(True, "COMPLETED", row.completed_by, None),
-            v1=V1Verdict(True, "COMMITTED"),
+            Seen(task.namespace.name, task.task_id, row.completed_by, LEGACY),
+            COMPLETE,
+            LegacyVerdict(True, "COMPLETED", row.completed_by, None),
+            V1Verdict(True, "COMMITTED"),
         )
         recorded += 1
     return recorded

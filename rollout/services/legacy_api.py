@@ -167,16 +167,7 @@ def _in_shadow(each: TaskOperation, ask: Ask, target: Target) -> LegacyAnswer | 
 def _compared(
     each: TaskOperation, ask: Ask, verdict: LegacyVerdict, v1: V1Verdict, records: Records
 ) -> Mismatch | None:
-    return compare(
-        namespace=ask.namespace,
-        task_id=ask.task_id,
-        operation=each,
-        api=LEGACY,
-        owner_id=ask.owner_id,
-        legacy=verdict,
-        v1=v1,
-        records=records,
-    )
+    return compare(ask, each, verdict, v1, records=records)  # a legacy-API ask: its api is LEGACY
 
 
 def _answered(answer: LegacyAnswer) -> LegacyAnswer:

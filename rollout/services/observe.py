@@ -71,6 +71,7 @@ class Observed:
     before: LegacyClaim | None
     committed_at: datetime  # when legacy decided: its commit (a polled row: when the observer saw it)
     position: dict[str, Any]  # the ObserverPosition fields its judgement moves the position to
+    api: str = LEGACY  # an old binary's write, seen in the table
 
 
 def setup() -> ObserverPosition:
@@ -227,16 +228,8 @@ class _Observed(core.Guard):
     def record(self, v1: V1Verdict) -> None:
         seen = self.seen
         verdict = _in_history(seen)
-        compare(
-            namespace=seen.namespace,
-            task_id=seen.task_id,
-            operation=seen.operation,
-            api=LEGACY,
-            owner_id=seen.owner_id,
-            legacy=verdict,
-            v1=v1,
-            legacy_row=seen.row,  # the winner as this change left it, not as the table is by the time it is read
-        )
+        # the winner as this change left it (legacy_row), not as the table is by the time it is read
+        compare(seen, seen.operation, verdict, v1, legacy_row=seen.row)
         interleave.reach("observe.recorded")
         _moved(seen, self.position_id, self.also, judged=True)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import transaction
 
@@ -132,13 +132,35 @@ def _fence_unseen(operation: TaskOperation, legacy: LegacyVerdict, v1: V1Verdict
     return False
 
 
+class Subject(Protocol):
+    """Whose operation both stores judged: an ``operations.Ask``, an observed change, or a winner read again."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def owner_id(self) -> str: ...
+    @property
+    def api(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A ``Subject`` made of its fields."""
+
+    namespace: str
+    task_id: str
+    owner_id: str
+    api: str
+
+
 def mismatch_reason(
+    about: Subject,
     operation: TaskOperation,
     legacy: LegacyVerdict,
     v1: V1Verdict,
     *,
-    task_id: str,
-    owner_id: str,
     same_result: bool = False,
     legacy_row: LegacyClaim | None = None,
 ) -> str | None:
@@ -148,10 +170,10 @@ def mismatch_reason(
     refused because the holder's lease is one a fence ended in claim.v1, and a heartbeat or release under such a
     lease that legacy accepted and claim.v1 refused for its epoch. (A complete under it stays STALE_COMMIT_ACCEPTED:
     the stale write the fence exists to stop.)"""
-    if _fence_unseen(operation, legacy, v1, task_id):
+    if _fence_unseen(operation, legacy, v1, about.task_id):
         return MismatchReason.FENCE_UNSEEN_BY_LEGACY
     if operation.claims:
-        if legacy.accepted and not v1.accepted and _v1_live_other_owner(task_id, owner_id):
+        if legacy.accepted and not v1.accepted and _v1_live_other_owner(about.task_id, about.owner_id):
             return MismatchReason.DOUBLE_GRANT
         if not legacy.accepted and legacy.word == "HELD" and v1.accepted:
             return MismatchReason.DOUBLE_GRANT
@@ -162,8 +184,8 @@ def mismatch_reason(
     if not legacy.accepted and v1.accepted:
         return MismatchReason.LEGACY_REJECTED_ONLY
     if operation.commits and legacy.accepted and v1.accepted and not same_result:
-        row = legacy_row if legacy_row is not None else legacy_store().get(task_id=task_id)
-        canonical = Task.objects.filter(pk=task_id).values_list("result_digest", flat=True).first()
+        row = legacy_row if legacy_row is not None else legacy_store().get(task_id=about.task_id)
+        canonical = Task.objects.filter(pk=about.task_id).values_list("result_digest", flat=True).first()
         if row is not None and canonical and row.result_digest != canonical:
             return MismatchReason.WINNER_DIFFERS
     return None
@@ -191,14 +213,11 @@ def record_direct_write(
 
 
 def compare(
-    *,
-    namespace: str,
-    task_id: str,
+    about: Subject,
     operation: TaskOperation,
-    api: str,
-    owner_id: str,
     legacy: LegacyVerdict,
     v1: V1Verdict,
+    *,
     same_result: bool = False,
     records: Records | None = None,
     legacy_row: LegacyClaim | None = None,
@@ -207,19 +226,12 @@ def compare(
     EXPLAINED at once when an explain rule covers its reason. Inside the caller's transaction when it has one
     (the routed decision's), else in its own. ``same_result``: the caller knows both stores completed with one
     result in one transaction, so the winners cannot differ and are not read again."""
-    reason = mismatch_reason(
-        operation,
-        legacy,
-        v1,
-        task_id=task_id,
-        owner_id=owner_id,
-        same_result=same_result,
-        legacy_row=legacy_row,
-    )
+    reason = mismatch_reason(about, operation, legacy, v1, same_result=same_result, legacy_row=legacy_row)
+    namespace = about.namespace
     with transaction.atomic(savepoint=False):
         now = legacy.at or clock.now()
         compared = ComparedOperation(
-            namespace=namespace, operation=operation.name, api=api, agreed=reason is None, at=now
+            namespace=namespace, operation=operation.name, api=about.api, agreed=reason is None, at=now
         )
         if records is not None:
             records.compared.append(compared)
@@ -239,10 +251,10 @@ def compare(
             review = {"status": MismatchStatus.EXPLAINED, "note": rule.note, "explained_by_rule": rule}
         return Mismatch.objects.create(
             namespace=namespace,
-            task_id=task_id,
+            task_id=about.task_id,
             operation=operation.name,
-            api=api,
-            legacy={"verdict": legacy.word, "owner_id": legacy.owner_id or owner_id},
+            api=about.api,
+            legacy={"verdict": legacy.word, "owner_id": legacy.owner_id or about.owner_id},
             v1=v1.as_record(),
             reason=reason,
             at=now,
