@@ -314,17 +314,20 @@ class PoolsOut(serializers.Serializer):
     results = PoolOut(many=True)
 
 
-class RegisteredOut(serializers.Serializer):
+class RegisteredOut(RowOut):
     outcome = serializers.CharField(default="REGISTERED")
-    namespace = serializers.CharField()
-    protocol = serializers.CharField()
-    pool = serializers.CharField()
-    binary_version = serializers.CharField()
+
+    class Meta:
+        model = WorkerRegistration
+        fields = ["outcome", "namespace", "protocol", "pool", "binary_version"]
 
 
-class WorkerHeartbeatOut(serializers.Serializer):
+class WorkerHeartbeatOut(RowOut):
     outcome = serializers.CharField(default="HEARTBEAT")
-    last_heartbeat = serializers.DateTimeField()
+
+    class Meta:
+        model = WorkerRegistration
+        fields = ["outcome", "last_heartbeat"]
 
 
 # --- the legacy protocol's answers -------------------------------------------------------------------------------

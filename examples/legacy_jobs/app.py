@@ -18,7 +18,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,18 +159,25 @@ def _digest(value: Any) -> str:
     return "sha256:" + hashlib.sha256(canonical).hexdigest()
 
 
-def run(worker: Any, queue: str, stop: threading.Event, work_seconds: float = 0.01) -> None:
-    """A worker's loop until ``stop``: find a free job, claim it, work, complete it."""
+def claimed(worker: Any, queue: str, stop: threading.Event) -> Iterator[str]:
+    """The jobs ``worker`` claims until ``stop``, one at a time (a short pause whenever none is free); the worker is
+    closed at the end."""
     try:
         while not stop.is_set():
             job = worker.next_job(queue)
             if job is None or not worker.claim(job):
                 time.sleep(0.02)
                 continue
-            time.sleep(work_seconds * random.random())
-            worker.complete(job, {"by": worker.name})
+            yield job
     finally:
         worker.close()
+
+
+def run(worker: Any, queue: str, stop: threading.Event, work_seconds: float = 0.01) -> None:
+    """A worker's loop until ``stop``: find a free job, claim it, work, complete it."""
+    for job in claimed(worker, queue, stop):
+        time.sleep(work_seconds * random.random())
+        worker.complete(job, {"by": worker.name})
 
 
 # --- a load with a ground truth: what really happened in the table, kept apart from the control plane ------------
@@ -227,15 +234,20 @@ class TruthfulWorker(DirectWorker):
         )
         return cursor.rowcount == 1
 
+    def holding(self: Any, job: str, name: str, margin: float, lock: str = "") -> tuple[bool, bool]:
+        """Read from the table whether ``name``'s claim on ``job`` is stale (another holder, or its expiry passed
+        on the table's clock) and whether ``margin`` seconds of it are left."""
+        owner, live, roomy = self._sql(
+            f"SELECT locked_by, locked_until > {NOW[self.dialect]}, locked_until > {TruthfulWorker._later(self, margin)} "
+            f"FROM jobs WHERE job_id = %s {lock}",
+            [job],
+        ).fetchone()
+        return owner != name or not live, roomy
+
     def complete_checked(self, job: str, output: Any, *, stale_ok: bool = False) -> bool:
         self._sql("BEGIN", [])
         try:
-            owner, live, roomy = self._sql(
-                f"SELECT locked_by, locked_until > {NOW[self.dialect]}, locked_until > {self._later(self.margin)} "
-                "FROM jobs WHERE job_id = %s FOR UPDATE",
-                [job],
-            ).fetchone()
-            stale = owner != self.name or not live
+            stale, roomy = self.holding(job, self.name, self.margin, "FOR UPDATE")
             if not stale_ok and (stale or not roomy):
                 self._sql("ROLLBACK", [])
                 return False
@@ -258,25 +270,16 @@ def run_with_truth(
     """A worker's loop: claim a free job, work ``work`` of its lease in two halves with a heartbeat between, then
     complete it (or give it up). Every ``stale_every``-th claim it is the stale-overwrite injector instead: it sleeps
     past its expiry (someone may take over) and completes anyway, last write wins."""
-    claims = 0
-    try:
-        while not stop.is_set():
-            job = worker.next_job(queue)
-            if job is None or not worker.claim(job):
-                time.sleep(0.02)
-                continue
-            claims += 1
-            if stale_every and claims % stale_every == 0:
-                time.sleep(worker.ttl + 0.5)
-                worker.complete_checked(job, {"by": worker.name, "stale": True}, stale_ok=True)
-                continue
-            time.sleep(worker.ttl * work * random.random())
-            if not worker.heartbeat(job):
-                continue
-            time.sleep(worker.ttl * work * random.random())
-            worker.complete_checked(job, {"by": worker.name})
-    finally:
-        worker.close()
+    for claims, job in enumerate(claimed(worker, queue, stop), start=1):
+        if stale_every and claims % stale_every == 0:
+            time.sleep(worker.ttl + 0.5)
+            worker.complete_checked(job, {"by": worker.name, "stale": True}, stale_ok=True)
+            continue
+        time.sleep(worker.ttl * work * random.random())
+        if not worker.heartbeat(job):
+            continue
+        time.sleep(worker.ttl * work * random.random())
+        worker.complete_checked(job, {"by": worker.name})
 
 
 class TruthfulProxyWorker(ProxyWorker):
@@ -294,14 +297,7 @@ class TruthfulProxyWorker(ProxyWorker):
 
     def complete_checked(self, job: str, output: Any, *, stale_ok: bool = False) -> bool:
         assert self._finder is not None
-        finder = self._finder
-        later = TruthfulWorker._later(finder, self.margin)  # type: ignore[arg-type]
-        owner, live, roomy = finder._sql(
-            f"SELECT locked_by, locked_until > {NOW[finder.dialect]}, locked_until > {later} FROM jobs "
-            "WHERE job_id = %s",
-            [job],
-        ).fetchone()
-        stale = owner != self.name or not live
+        stale, roomy = TruthfulWorker.holding(self._finder, job, self.name, self.margin)
         if not stale_ok and (stale or not roomy):
             return False
         if not self.complete(job, output):
