@@ -306,6 +306,18 @@ class TaskRequeueApi(_OperatorTaskAction):
     input, service = None, staticmethod(services.task_requeue)
 
 
+@documented(
+    "task_set_priority",
+    s.TaskOut,
+    "claim-v1.md §10 (operator): the task's priority for its next grant — a holder is never interrupted. The task "
+    "takes a new place at the new priority, as if it joined it now; recorded in its timeline and the audit log with "
+    "the principal and `reason`. COMMITTED or CANCELLED: 409 NOT_CLAIMABLE (STATE). The same priority again changes "
+    "nothing.",
+)
+class TaskPriorityApi(_OperatorTaskAction):
+    input, service = s.PriorityIn, staticmethod(services.task_set_priority)
+
+
 # --- claims -------------------------------------------------------------------------------------------
 
 

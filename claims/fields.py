@@ -3,6 +3,7 @@ lone surrogate in a string — each a 400, refused before any query (claims/seri
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -14,6 +15,15 @@ from rest_framework.validators import ProhibitSurrogateCharactersValidator
 from .digest import DIGEST_RE, canonical_json
 
 MAX_COUNTER = 2**62
+
+
+class StrictFloatField(serializers.FloatField):
+    default_error_messages = {"invalid": "A number is required (not a string or boolean)."}
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool) or not isinstance(data, int | float) or not math.isfinite(data):
+            self.fail("invalid")
+        return super().to_internal_value(data)
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -126,6 +136,13 @@ class DigestField(StrictCharField):
 
 def counter(**kwargs: Any) -> StrictIntegerField:
     return StrictIntegerField(min_value=0, max_value=MAX_COUNTER, **kwargs)
+
+
+def priority_field(**kwargs: Any) -> StrictIntegerField:
+    """claim-v1.md §10: 1 (granted first) to 5."""
+    return StrictIntegerField(
+        min_value=1, max_value=5, help_text="1 (granted first) to 5; default 3.", **kwargs
+    )
 
 
 def lease_seconds(**kwargs: Any) -> StrictIntegerField:

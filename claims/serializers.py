@@ -19,12 +19,14 @@ from .fields import (  # noqa: F401  (the field types, by their old names here t
     DigestField,
     JSONValueField,
     StrictCharField,
+    StrictFloatField,
     StrictIntegerField,
     StrictRegexField,
     StrictUUIDField,
     counter,
     identifier,
     lease_seconds,
+    priority_field,
     task_identifier,
 )
 from .models import ReplayPolicy, TaskState
@@ -54,6 +56,23 @@ class TaskCreateIn(StrictSerializer):
         choices=ReplayPolicy.choices, required=False, default=ReplayPolicy.REPLAYABLE
     )
     resources = serializers.ListField(child=identifier(), required=False, default=list, max_length=100)
+    priority = priority_field(required=False, default=3)
+    fairness_key = StrictCharField(
+        max_length=64, required=False, default="", allow_blank=True, help_text="claim-v1.md §10; default ''."
+    )
+    fairness_weight = StrictFloatField(
+        min_value=0.001,
+        max_value=1000,
+        required=False,
+        default=None,
+        help_text="The key's weight in its namespace; the latest one given stands (default 1). It spaces the "
+        "key's tasks placed from then on: a task already waiting keeps its place.",
+    )
+
+
+class PriorityIn(StrictSerializer):
+    priority = priority_field()
+    reason = StrictCharField(max_length=2000, min_length=1)
 
 
 class TaskInputIn(StrictSerializer):
@@ -233,6 +252,9 @@ class TaskOut(serializers.Serializer):
     result = serializers.JSONField(
         allow_null=True, help_text="The canonical result once committed, else null."
     )
+    priority = serializers.IntegerField(help_text="claim-v1.md §10: 1 (granted first) to 5.")
+    fairness_key = serializers.CharField()
+    fairness_weight = serializers.FloatField(help_text="The key's weight when the task took its place.")
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 

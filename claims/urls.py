@@ -43,6 +43,7 @@ core_urlpatterns = [
     path("tasks/<task_id:task_id>/input", apis.TaskInputApi.as_view(), name="task-input"),
     path("tasks/<task_id:task_id>/cancel", apis.TaskCancelApi.as_view(), name="task-cancel"),
     path("tasks/<task_id:task_id>/requeue", apis.TaskRequeueApi.as_view(), name="task-requeue"),
+    path("tasks/<task_id:task_id>/priority", apis.TaskPriorityApi.as_view(), name="task-priority"),
     path("tasks/<task_id:task_id>/results", offloaded(apis.TaskResultsApi.as_view()), name="task-results"),
     path("effects/prepare", effect_apis.EffectPrepareApi.as_view(), name="effect-prepare"),
     path("effects/<effect_id:effect_id>", effect_apis.EffectDetailApi.as_view(), name="effect"),

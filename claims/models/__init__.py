@@ -22,6 +22,7 @@ from .core import (
     Token,
 )
 from .effects import DispatchIntent, DispatchState, Effect, EffectEvent, EffectState
+from .fair_share import FairnessKey, FairnessLane
 from .metrics import JobRun, MetricFold, MetricTally, MinuteTally
 from .resources import Resource, ResourceKey, TaskResource
 from .serving import ServedHistory
@@ -32,6 +33,8 @@ __all__ = [
     "AttemptEnd",
     "AuditEntry",
     "ClaimKey",
+    "FairnessKey",
+    "FairnessLane",
     "DispatchIntent",
     "DispatchState",
     "Effect",

@@ -83,20 +83,37 @@ class Task(models.Model):
     result_digest = models.CharField(max_length=71, null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
 
+    # claim-v1.md §10: 1 is granted first. ``fairness_key`` shares grants within a priority by the key's weight;
+    # ``vtag`` is the task's place in that share — its virtual start time, stamped by ``services.fair_share`` when
+    # the task is created or its priority changes (docs/architecture.md, "Priority and fair share").
+    priority = models.PositiveSmallIntegerField(default=3)
+    fairness_key = models.CharField(max_length=64, blank=True, default="")
+    fairness_weight = models.FloatField(default=1.0)  # the key's weight when the task took its place
+    vtag = models.FloatField(default=0.0)
+
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
     class Meta:
         indexes = [
-            # The frontier: claim_next walks READY tasks of a namespace oldest first.
+            # The frontier, in grant order: claims walk a namespace's READY tasks by priority, then place in the
+            # fair share (oldest first within a key; with one key, oldest first).
             models.Index(
-                fields=["namespace", "created_at"], condition=Q(state="READY"), name="task_ready_frontier"
+                fields=["namespace", "priority", "vtag", "task_id"],
+                condition=Q(state="READY"),
+                name="task_ready_order",
             ),
-            # Reclaim candidates: claimed tasks whose lease ran out or whose epoch is old.
+            # Reclaim candidates: claimed tasks whose lease ran out or whose epoch is old (each a range scan: a
+            # claim asks whether any is there before it takes a READY task of a lower priority).
             models.Index(
                 fields=["namespace", "lease_expires_at"],
                 condition=Q(state="CLAIMED"),
                 name="task_claimed_lease",
+            ),
+            models.Index(
+                fields=["namespace", "scheduler_epoch"],
+                condition=Q(state="CLAIMED"),
+                name="task_claimed_epoch",
             ),
             # The list, oldest first (claim-v1.md §3), read in index order so a page stops after a page whatever
             # the history: all tasks, or a namespace's; and the tasks not committed — sparse among old ones, and
@@ -116,6 +133,9 @@ class Task(models.Model):
         ]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=TaskState.values), name="task_state_valid"),
+            models.CheckConstraint(
+                condition=Q(priority__gte=1, priority__lte=5), name="task_priority_1_to_5"
+            ),
             models.CheckConstraint(
                 condition=Q(replay_policy__in=ReplayPolicy.values), name="task_replay_valid"
             ),
@@ -275,6 +295,7 @@ class EventKind(models.TextChoices):
     REQUEUED = "requeued"
     INPUT_REVISED = "input_revised"
     EPOCH_FENCED = "epoch_fenced"
+    PRIORITY_CHANGED = "priority_changed"
 
 
 class AcceptancePoint(models.TextChoices):

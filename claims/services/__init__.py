@@ -15,7 +15,7 @@ from ._base import (
     synthetic,
 )
 from ._sql import Statement, insert_statement, prep, write, writes_together
-from .claiming import ClaimGrant, task_claim, task_claim_batch, task_claim_next
+from .claiming import ClaimGrant, task_claim
 from .commit_many import task_commit_many
 from .committing import Committed, task_commit
 from .dispatch_delivery import Delivery, dispatch_apply, dispatch_deliver, dispatch_heard, dispatch_lost
@@ -35,10 +35,19 @@ from .namespaces import (
     namespace_release_hold,
     namespace_resume,
 )
+from .picking import task_claim_batch, task_claim_next
 from .principals import IssuedToken, hash_token, principal_ensure, token_issue, token_revoke
 from .resources import ResourceView, resource_check, resource_create, resource_delete, resource_get
 from .staging import Staged, result_stage
-from .tasks import TaskCreated, task_cancel, task_create, task_requeue, task_revise_input, tasks_adopt
+from .tasks import (
+    TaskCreated,
+    task_cancel,
+    task_create,
+    task_requeue,
+    task_revise_input,
+    task_set_priority,
+    tasks_adopt,
+)
 
 __all__ = [
     "claim_keys",
@@ -99,6 +108,7 @@ __all__ = [
     "task_renew",
     "task_requeue",
     "task_revise_input",
+    "task_set_priority",
     "token_issue",
     "token_revoke",
     "synthetic",

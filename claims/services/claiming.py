@@ -1,23 +1,23 @@
-"""Claim and claim-next: who takes a task (claim-v1.md §4). Renew, release and reaping are in ``leases``."""
+"""Claim a named task: who takes it (claim-v1.md §4), and the writes of a grant that claim-next and batch claims
+(``picking``) share. Renew, release and reaping are in ``leases``."""
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
 from .. import interleave
-from ..errors import Invalid, NotClaimable, NotFound, VersionMismatch
+from ..errors import Invalid, NotClaimable, VersionMismatch
 from ..models import AcceptancePoint, Attempt, AttemptEnd, EventKind, Principal, Task, TaskState
 from ..states import check_transition
-from . import _sql, claim_keys, statements
-from ._base import NamespaceHold, RejectionLog, event_statement, hold_namespace, run_guard, settle
-from .authority import Named, acceptance_point, require_epoch_and_pause, require_owner
+from . import _sql, claim_keys
+from ._base import NamespaceHold, event_statement, settle
+from .authority import Named, acceptance_point
 from .resources import KeysForClaims
 
 
@@ -92,7 +92,7 @@ def _claimable(task: Task, ns: NamespaceHold) -> tuple[bool, str]:
     return False, "STATE"
 
 
-def _claim_values(
+def claim_values(
     task: Task, *, ns: NamespaceHold, owner_id: str, ttl_seconds: int, attempt_id: uuid.UUID
 ) -> dict[str, Any]:
     return {
@@ -107,7 +107,7 @@ def _claim_values(
     }
 
 
-def _apply(task: Task, values: dict[str, Any]) -> Task:
+def apply_values(task: Task, values: dict[str, Any]) -> Task:
     for key, value in values.items():
         setattr(task, key, value)
     return task
@@ -162,8 +162,8 @@ def task_claim(
         # keys are locked: the previous holder was judged on it, so the new attempt starts on it too.
         keys = KeysForClaims(ns).lock([task])
         keys.require_free(task)
-        previous = _previous_claim(task, keys.ns) if task.state == TaskState.CLAIMED else None
-        values = _claim_values(
+        previous = previous_claim(task, keys.ns) if task.state == TaskState.CLAIMED else None
+        values = claim_values(
             task, ns=keys.ns, owner_id=owner_id, ttl_seconds=ttl_seconds, attempt_id=uuid.uuid4()
         )
         won = _sql.update(
@@ -176,9 +176,9 @@ def task_claim(
             **values,
         )
         assert won == 1, "a locked row changed under us"
-        _apply(task, values)
+        apply_values(task, values)
         fences, kept, key_writes = keys.take(task)
-        writes, grant = _grant_writes(
+        writes, grant = grant_writes(
             task, previous=previous, ns=keys.ns, principal=principal, fences=fences, kept=kept
         )
         _sql.together(*key_writes, *writes)
@@ -187,7 +187,7 @@ def task_claim(
     return grant
 
 
-def _previous_claim(task: Task, ns: NamespaceHold) -> dict[str, Any]:
+def previous_claim(task: Task, ns: NamespaceHold) -> dict[str, Any]:
     """The claim a reclaim ends, read before the row is overwritten."""
     fenced_by_epoch = task.scheduler_epoch < ns.scheduler_epoch
     assert task.lease_expires_at is not None  # a CLAIMED row has a lease (task_claimed_has_claim)
@@ -200,7 +200,7 @@ def _previous_claim(task: Task, ns: NamespaceHold) -> dict[str, Any]:
     }
 
 
-def _grant_writes(
+def grant_writes(
     task: Task,
     *,
     previous: dict[str, Any] | None,
@@ -260,221 +260,3 @@ def _grant_writes(
     return writes, ClaimGrant(
         task=task, attempt_id=task.attempt_id, scheduler_epoch=ns.scheduler_epoch, fences=fences
     )
-
-
-def task_claim_next(
-    *,
-    principal: Principal,
-    owner_id: str,
-    scheduler_epoch: int,
-    ttl_seconds: int,
-    namespace: str = "default",
-    node_ids: list[str] | None = None,
-    passed_over: list[str] | None = None,
-) -> ClaimGrant | None:
-    """Claim the oldest claimable task of a namespace, or None when nothing is claimable (the API's 204): a batch
-    of one (``task_claim_batch``)."""
-    grants = task_claim_batch(
-        principal=principal,
-        owner_id=owner_id,
-        scheduler_epoch=scheduler_epoch,
-        ttl_seconds=ttl_seconds,
-        max_tasks=1,
-        namespace=namespace,
-        node_ids=node_ids,
-        passed_over=passed_over,
-    )
-    return grants[0] if grants else None
-
-
-MAX_BATCH = 100  # claim-v1.md §9
-
-
-@claim_keys.once
-def task_claim_batch(
-    *,
-    principal: Principal,
-    owner_id: str,
-    scheduler_epoch: int,
-    ttl_seconds: int,
-    max_tasks: int,
-    namespace: str = "default",
-    node_ids: list[str] | None = None,
-    passed_over: list[str] | None = None,
-) -> list[ClaimGrant]:
-    """Claim up to ``max_tasks`` (1..100) claimable tasks of a namespace in one transaction, each exactly as a
-    single claim — its own attempt, generation and fences — under the one namespace hold (the epoch and the pause
-    judged once, on what the lock holds). Empty only when nothing is claimable. ``passed_over``: tasks not to take.
-
-    Candidates are taken with SKIP LOCKED: a row another claimer is deciding on is passed over instead of waited
-    for, so concurrent callers never receive the same task and never herd on one row. READY tasks come first
-    (oldest first), then claims whose lease ran out or whose epoch was fenced. A candidate that lists resources
-    is taken only if none of its keys is held by a live attempt of another task or by an earlier grant of this
-    batch (at most one task per key), judged on the keys locked — never a rollback of the whole batch: a task
-    that may not be taken is passed over and the batch picks on, so it answers nothing only when nothing remains
-    that it may take.
-    """
-    check_lease_seconds("ttl_seconds", ttl_seconds)
-    if not 1 <= max_tasks <= MAX_BATCH:
-        raise Invalid({"max_tasks": [f"must be between 1 and {MAX_BATCH}"]})
-    log = RejectionLog(
-        AcceptancePoint.CLAIM, principal=principal, scheduler_epoch=scheduler_epoch, owner_id=owner_id
-    )
-    with log, transaction.atomic(durable=True):
-        try:
-            ns = hold_namespace(name=namespace)
-        except NotFound:
-            raise Invalid({"namespace": [f"unknown namespace {namespace!r}"]}) from None
-        log.namespace_id = ns.id
-        run_guard(AcceptancePoint.CLAIM, ns)
-        require_owner(principal, owner_id)
-        key = claim_keys.reserved(principal, ns)
-        if key.replay is not None:
-            return [ClaimGrant.stored(fields) for fields in key.replay]
-        require_epoch_and_pause(ns, scheduler_epoch)
-        batch = _Batch(
-            ns=ns,
-            principal=principal,
-            owner_id=owner_id,
-            ttl_seconds=ttl_seconds,
-            max_tasks=max_tasks,
-            node_ids=node_ids or [],
-            passed_over=list(passed_over or []),
-        )
-        for reclaim in (False, True):
-            batch.fill(reclaim=reclaim)
-        batch.send()
-        settle(AcceptancePoint.CLAIM, ns, batch.grants)
-        key.keep(batch.grants)
-        return batch.grants
-
-
-@dataclass
-class _Batch:
-    """One claim transaction's picks and grants (``task_claim_batch``)."""
-
-    ns: NamespaceHold
-    principal: Principal
-    owner_id: str
-    ttl_seconds: int
-    max_tasks: int
-    node_ids: list[str]
-    passed_over: list[str]
-    grants: list[ClaimGrant] = field(default_factory=list)
-    writes: list[_sql.Statement] = field(default_factory=list)
-    skip_held: bool = False  # once a task with a held key was met, picks pass over all such tasks at once
-    keys: KeysForClaims | None = None  # the keys this transaction locked, once it locked any
-
-    def fill(self, *, reclaim: bool) -> None:
-        """Pick and grant until the batch is full or no candidate of the kind is left. Each round picks only
-        what is still wanted; a round's candidates that may not be taken are passed over by the next."""
-        while (want := self.max_tasks - len(self.grants)) > 0:
-            picked = self._pick(reclaim=reclaim, want=want)
-            if not picked:
-                return
-            contenders = []
-            for task in picked:
-                if getattr(task, "granted", False):  # claimed by the pick itself: no resources
-                    check_transition(TaskState.READY, TaskState.CLAIMED, "claim")
-                    self._grant(task, previous=None, ns=self.ns, fences={}, kept={}, key_writes=[])
-                else:
-                    contenders.append(task)
-            if contenders:
-                self._contend(contenders, reclaim=reclaim)
-            if len(picked) < want:
-                return
-
-    def _filters(self) -> tuple[str, list[Any]]:
-        sql, params = "", []
-        if self.skip_held:
-            sql += f" AND {statements.not_held('c')}"
-            params += [False, _sql.prep(Task, "lease_expires_at", self.ns.now)]
-        if self.node_ids:
-            sql += f" AND c.node_id IN ({_sql.placeholders(self.node_ids)})"
-            params += self.node_ids
-        if self.passed_over:
-            sql += f" AND c.task_id NOT IN ({_sql.placeholders(self.passed_over)})"
-            params += self.passed_over
-        return sql, params
-
-    def _pick(self, *, reclaim: bool, want: int) -> list[Task]:
-        extra, params = self._filters()
-        ns = self.ns
-        if not reclaim and _sql.is_postgres():
-            lease = ns.now + timedelta(seconds=self.ttl_seconds)
-            picked = _sql.load(
-                Task,
-                statements.pick_ready(extra=extra),
-                [
-                    ns.id,
-                    TaskState.READY,
-                    *params,
-                    want,
-                    TaskState.CLAIMED,
-                    ns.scheduler_epoch,
-                    self.owner_id,
-                    _sql.prep(Task, "lease_expires_at", lease),
-                    _sql.prep(Task, "updated_at", ns.now),
-                ],
-            )
-            picked.sort(key=lambda t: (t.created_at, t.task_id))
-            return picked
-        state_params: list[Any] = [ns.id, TaskState.CLAIMED if reclaim else TaskState.READY]
-        if reclaim:
-            state_params += [_sql.prep(Task, "lease_expires_at", ns.now), ns.scheduler_epoch]
-        return _sql.load(
-            Task, statements.pick_candidates(reclaim=reclaim, extra=extra), [*state_params, *params, want]
-        )
-
-    def _contend(self, contenders: list[Task], *, reclaim: bool) -> None:
-        """Claim the picked, locked, not yet claimed candidates that may be taken, in their order."""
-        listing = [task for task in contenders if task.resources]
-        keys = None
-        if listing:
-            # The first lock of keys may wait (one statement, key order, after the task rows: the documented
-            # order). A later round already holds keys, so it skips the ones another transaction holds.
-            first = self.keys is None
-            keys = self.keys = (self.keys or KeysForClaims(self.ns)).lock(listing, skip_locked=not first)
-        for task in contenders:
-            ns = self.ns
-            if task.resources:
-                assert keys is not None
-                if keys.held_against(task) is not None:
-                    self.passed_over.append(task.task_id)
-                    self.skip_held = True
-                    continue
-                ns = keys.ns  # the clock the holders were judged on
-            check_transition(task.state, TaskState.CLAIMED, "reclaim" if reclaim else "claim")
-            previous = _previous_claim(task, ns) if reclaim else None
-            values = _claim_values(
-                task, ns=ns, owner_id=self.owner_id, ttl_seconds=self.ttl_seconds, attempt_id=uuid.uuid4()
-            )
-            # We hold the row lock; the generation in the WHERE is a second guard, not the race's closer.
-            updated = _sql.update(
-                Task, {"task_id": task.pk, "claim_generation": task.claim_generation}, **values
-            )
-            assert updated == 1, "a locked row changed under us"
-            _apply(task, values)
-            fences, kept, key_writes = keys.take(task) if keys is not None else ({}, {}, [])
-            self._grant(task, previous=previous, ns=ns, fences=fences, kept=kept, key_writes=key_writes)
-
-    def _grant(
-        self,
-        task: Task,
-        *,
-        previous: dict[str, Any] | None,
-        ns: NamespaceHold,
-        fences: dict[str, int],
-        kept: dict[str, Any],
-        key_writes: list[_sql.Statement],
-    ) -> None:
-        writes, grant = _grant_writes(
-            task, previous=previous, ns=ns, principal=self.principal, fences=fences, kept=kept
-        )
-        self.writes += key_writes + writes
-        self.grants.append(grant)
-
-    def send(self) -> None:
-        """Every grant's attempts, events and key writes in one round trip."""
-        if self.writes:
-            _sql.together(*self.writes)

@@ -90,16 +90,38 @@ def not_held(outer: str) -> str:
     )
 
 
-def pick_ready(*, extra: str) -> str:
-    """A claim's READY picks in one statement (PostgreSQL): up to ``n`` of the namespace's oldest READY tasks that
-    nobody else is deciding on (SKIP LOCKED: N callers take N different tasks), locked. Those that list no resource
-    are claimed by the same statement, each with its own attempt id (``granted``); those that do come back locked
-    and unclaimed — whether their keys may be taken is judged once the keys are locked, and at most one task per
-    key (``resources.KeysForClaims``). Rows in no particular order. ``extra``: further conditions on the candidate
-    ``c``. Params: [namespace_id, READY, *extra's, n, CLAIMED, epoch, owner_id, lease_expires_at, updated_at]."""
+# claim-v1.md §10, across READY tasks and claims to take back: a pick of one kind takes nothing of a lower priority
+# than the best the other kind offers this request (``bound``: the same conditions on alias ``s``). The bound passes
+# over rows another claimer is deciding on (SKIP LOCKED), as the picks do: what it names, this request could take —
+# a row locked elsewhere never makes it answer nothing while it could take something. On the common path, where no
+# claim is stale, the stale bound is two range scans of partial indexes that find no row.
+def _stale_claims(alias: str) -> str:
     return (
-        f"WITH picked AS MATERIALIZED (SELECT c.* FROM {TASK} c WHERE c.namespace_id = %s AND c.state = %s{extra} "
-        "ORDER BY c.created_at, c.task_id LIMIT %s FOR NO KEY UPDATE SKIP LOCKED), "
+        f"{alias}.namespace_id = %s AND {alias}.state = 'CLAIMED' "
+        f"AND ({alias}.lease_expires_at <= %s OR {alias}.scheduler_epoch < %s)"
+    )
+
+
+def _priority_bound(where: str) -> str:
+    return (
+        f" AND c.priority <= COALESCE((SELECT s.priority FROM {TASK} s WHERE {where} ORDER BY s.priority LIMIT 1"
+        f"{_sql.lock_clause('FOR NO KEY UPDATE SKIP LOCKED')}), 32767)"
+    )
+
+
+def pick_ready(*, extra: str, bound: str) -> str:
+    """A claim's READY picks in one statement (PostgreSQL): up to ``n`` of the namespace's READY tasks in grant order
+    (priority, then place in the fair share: ``services.fair_share``) that nobody else is deciding on (SKIP LOCKED:
+    N callers take N different tasks), none of a lower priority than a claim this request could take back. Locked.
+    Those that list no resource are claimed by the same statement, each with its own attempt id (``granted``); those
+    that do come back locked and unclaimed — whether their keys may be taken is judged once the keys are locked, and
+    at most one task per key (``resources.KeysForClaims``). Rows in no particular order. ``extra``/``bound``:
+    further conditions on the candidate ``c`` / on the stale claim ``s``. Params: [namespace_id, READY, *extra's,
+    namespace_id, now, epoch, *bound's, n, CLAIMED, epoch, owner_id, lease_expires_at, updated_at]."""
+    return (
+        f"WITH picked AS MATERIALIZED (SELECT c.* FROM {TASK} c WHERE c.namespace_id = %s AND c.state = %s{extra}"
+        f"{_priority_bound(_stale_claims('s') + bound)} "
+        "ORDER BY c.priority, c.vtag, c.task_id LIMIT %s FOR NO KEY UPDATE SKIP LOCKED), "
         f"claimed AS (UPDATE {TASK} t SET state = %s, claim_generation = t.claim_generation + 1, "
         "state_version = t.state_version + 1, scheduler_epoch = %s, attempt_id = gen_random_uuid(), owner_id = %s, "
         "lease_expires_at = %s, updated_at = %s FROM picked p WHERE t.task_id = p.task_id AND NOT p.has_resources "
@@ -109,20 +131,25 @@ def pick_ready(*, extra: str) -> str:
     )
 
 
-def pick_candidates(*, reclaim: bool, extra: str) -> str:
-    """Up to ``n`` candidates locked and not yet claimed (SKIP LOCKED): the oldest READY tasks (SQLite, where
-    writers are serialised whole), or — ``reclaim`` — the claims whose lease ran out first or that a fence ended.
-    Params: [namespace_id, READY or CLAIMED, (now, epoch if reclaim), *extra's, n]."""
+def pick_candidates(*, reclaim: bool, extra: str, bound: str) -> str:
+    """Up to ``n`` candidates locked and not yet claimed (SKIP LOCKED), in grant order: READY tasks (SQLite, where
+    writers are serialised whole; none of a lower priority than a claim this request could take back), or —
+    ``reclaim`` — the claims whose lease ran out or that a fence ended, by priority, then the first to run out
+    (none of a lower priority than a READY task this request could take). ``bound``: the conditions of ``extra``
+    on alias ``s``. Params: [namespace_id, READY or CLAIMED, (now, epoch if reclaim), *extra's, (namespace_id,
+    READY if reclaim, else namespace_id, now, epoch), *bound's, n]."""
     if reclaim:
         where, order = (
             " AND (c.lease_expires_at <= %s OR c.scheduler_epoch < %s)",
-            "c.lease_expires_at, c.task_id",
+            "c.priority, c.lease_expires_at, c.task_id",
         )
+        other = f"s.namespace_id = %s AND s.state = %s{bound}"
     else:
-        where, order = "", "c.created_at, c.task_id"
+        where, order = "", "c.priority, c.vtag, c.task_id"
+        other = f"{_stale_claims('s')}{bound}"
     return (
-        f"SELECT c.* FROM {TASK} c WHERE c.namespace_id = %s AND c.state = %s{where}{extra} ORDER BY {order} "
-        f"LIMIT %s{_sql.lock_clause('FOR NO KEY UPDATE SKIP LOCKED')}"
+        f"SELECT c.* FROM {TASK} c WHERE c.namespace_id = %s AND c.state = %s{where}{extra}{_priority_bound(other)} "
+        f"ORDER BY {order} LIMIT %s{_sql.lock_clause('FOR NO KEY UPDATE SKIP LOCKED')}"
     )
 
 

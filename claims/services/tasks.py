@@ -10,7 +10,15 @@ from django.db import IntegrityError, connection, transaction
 
 from .. import interleave
 from ..digest import digest
-from ..errors import Invalid, InvalidTransition, NotCancellable, NotFound, NotRevisable, TaskExists
+from ..errors import (
+    Invalid,
+    InvalidTransition,
+    NotCancellable,
+    NotClaimable,
+    NotFound,
+    NotRevisable,
+    TaskExists,
+)
 from ..models import (
     Attempt,
     AttemptEnd,
@@ -25,7 +33,8 @@ from ..models import (
     TaskState,
 )
 from ..states import check_transition
-from . import _sql, statements, wakeups
+from ..validation import all_of, real_text
+from . import _sql, fair_share, statements, wakeups
 from ._base import (
     NamespaceHold,
     append_event,
@@ -70,6 +79,7 @@ def _existing(existing: Task, definition: dict[str, Any], ns: Any) -> TaskCreate
         and sorted(existing.depends_on) == definition["depends_on"]
         and existing.replay_policy == definition["replay_policy"]
         and sorted(existing.resources) == definition["resources"]
+        and existing.fairness_key == definition["fairness_key"]
     )
     if same:
         return TaskCreated(existing, created=False)
@@ -86,12 +96,18 @@ def task_create(
     depends_on: list[str] | None = None,
     replay_policy: str = ReplayPolicy.REPLAYABLE,
     resources: list[str] | None = None,
+    priority: int = fair_share.DEFAULT_PRIORITY,
+    fairness_key: str = "",
+    fairness_weight: float | None = None,
 ) -> TaskCreated:
     """Create a task READY, or BLOCKED while a predecessor is uncommitted. Idempotent on identical input.
 
     1. Hold the namespace (unknown: 400 — it is a field of the body).
-    2. An existing task_id: the same definition is a repeat (200), anything else TASK_EXISTS.
+    2. An existing task_id: the same definition is a repeat (200), anything else TASK_EXISTS. The fairness key is
+       part of the definition; the priority and weight are not (an operator may have changed the priority since).
     3. Predecessors must exist in the namespace (400 otherwise); their states decide READY or BLOCKED.
+    4. Its place in the grant order is stamped (``fair_share.stamp``): the key's lane at its priority is locked
+       after everything above was read, and the task row is written last.
     """
     depends_on = list(dict.fromkeys(depends_on or []))
     resources = list(dict.fromkeys(resources or []))
@@ -102,50 +118,46 @@ def task_create(
             ns = hold_namespace(name=namespace)
         except NotFound:  # a name in the body is a field error, not a missing resource
             raise Invalid({"namespace": [f"unknown namespace {namespace!r}"]}) from None
-        definition = _definition(ns, node_id, input_digest, depends_on, replay_policy, resources)
+        definition = _definition(
+            ns, node_id, input_digest, depends_on, replay_policy, resources, fairness_key
+        )
         existing = Task.objects.filter(pk=task_id).first()
         if existing is not None:
             return _existing(existing, definition, ns)
         interleave.reach("task_create.checked")
         states = _checked_predecessors(task_id, depends_on, resources, ns)
         blocked = any(state != TaskState.COMMITTED for state in states.values())
-        try:
-            # The existence check above read without a lock: an identical create may have inserted the same
-            # task_id since. The primary key decides; the loser answers as a repeat would (or TASK_EXISTS).
-            with transaction.atomic():
-                task = Task.objects.create(
-                    task_id=task_id,
-                    namespace_id=ns.id,
-                    node_id=node_id,
-                    input=input,
-                    input_digest=input_digest,
-                    depends_on=depends_on,
-                    replay_policy=replay_policy,
-                    resources=resources,
-                    has_resources=bool(resources),
-                    state=TaskState.BLOCKED if blocked else TaskState.READY,
-                    created_at=ns.now,
-                    updated_at=ns.now,
-                )
-        except IntegrityError:
-            winner = Task.objects.filter(pk=task_id).first()
-            if winner is None:  # not the primary key: some other constraint refused the row
-                raise
+        place = fair_share.stamp(ns, priority=priority, key=fairness_key, weight=fairness_weight)
+        task = Task(
+            task_id=task_id,
+            namespace_id=ns.id,
+            node_id=node_id,
+            input=input,
+            input_digest=input_digest,
+            depends_on=depends_on,
+            replay_policy=replay_policy,
+            resources=resources,
+            has_resources=bool(resources),
+            state=TaskState.BLOCKED if blocked else TaskState.READY,
+            priority=priority,
+            fairness_key=fairness_key,
+            fairness_weight=place.weight,
+            vtag=place.vtags[0],
+            created_at=ns.now,
+            updated_at=ns.now,
+        )
+        winner = _inserted(task)
+        if winner is not None:
             return _existing(winner, definition, ns)
         _link(task, states)
-        append_event(
-            EventKind.TASK_CREATED,
-            **ns.on(
-                task.task_id,
-                principal,
-                detail={
-                    "state": task.state,
-                    "node_id": node_id,
-                    "input_digest": input_digest,
-                    "depends_on": depends_on,
-                },
-            ),
-        )
+        detail = {
+            "state": task.state,
+            "node_id": node_id,
+            "input_digest": input_digest,
+            "depends_on": depends_on,
+        }
+        detail.update(priority=priority, fairness_key=fairness_key)
+        append_event(EventKind.TASK_CREATED, **ns.on(task.task_id, principal, detail=detail))
         if principal.role != Role.WORKER:
             ns.audit(principal, "task_create", target=task.task_id)
         if task.state == TaskState.READY:
@@ -169,6 +181,10 @@ def tasks_adopt(
             ns = hold_namespace(name=namespace)
         except NotFound:
             raise Invalid({"namespace": [f"unknown namespace {namespace!r}"]}) from None
+        adopted = {task_id: {} if value is None else value for task_id, value in dict(tasks).items()}
+        places = fair_share.stamp(
+            ns, priority=fair_share.DEFAULT_PRIORITY, key="", weight=None, count=len(adopted)
+        )
         rows: list[dict[str, Any]] = [
             {
                 "task_id": task_id,
@@ -186,12 +202,14 @@ def tasks_adopt(
                 "scheduler_epoch": 0,
                 "claim_generation": 0,
                 "cancel_generation": 0,
+                "priority": fair_share.DEFAULT_PRIORITY,
+                "fairness_key": "",
+                "fairness_weight": places.weight,
+                "vtag": vtag,
                 "created_at": ns.now,
                 "updated_at": ns.now,
             }
-            for task_id, value in (
-                (task_id, {} if value is None else value) for task_id, value in dict(tasks).items()
-            )
+            for (task_id, value), vtag in zip(adopted.items(), places.vtags, strict=True)
         ]
         sql, params = _sql.insert_many_statement(Task, rows)
         with connection.cursor() as cursor:
@@ -223,6 +241,21 @@ def tasks_adopt(
     return created
 
 
+def _inserted(task: Task) -> Task | None:
+    """Insert ``task``; None, or the task an identical create inserted first. The existence check before read
+    without a lock: an identical create may have inserted the same task_id since. The primary key decides; the
+    loser answers as a repeat would (or TASK_EXISTS)."""
+    try:
+        with transaction.atomic():
+            task.save(force_insert=True)
+    except IntegrityError:
+        winner = Task.objects.filter(pk=task.task_id).first()
+        if winner is None:  # not the primary key: some other constraint refused the row
+            raise
+        return winner
+    return None
+
+
 def _definition(
     ns: NamespaceHold,
     node_id: str,
@@ -230,9 +263,11 @@ def _definition(
     depends_on: list[str],
     replay_policy: str,
     resources: list[str],
+    fairness_key: str,
 ) -> dict[str, Any]:
     """What makes a create a repeat of an existing task rather than TASK_EXISTS."""
     return {
+        "fairness_key": fairness_key,
         "namespace_id": ns.id,
         "node_id": node_id,
         "input_digest": input_digest,
@@ -370,4 +405,37 @@ def task_revise_input(*, principal: Principal, task_id: str, input: Any) -> Task
             ),
         )
         ns.audit(principal, "task_revise_input", target=task_id, detail={"input_digest": new_digest})
+    return task
+
+
+def task_set_priority(*, principal: Principal, task_id: str, priority: int, reason: str) -> Task:
+    """An operator's change of a task's priority (claim-v1.md §10), for its next grant: a holder is never
+    interrupted. The task takes a new place in its key's lane at the new priority (``fair_share.stamp``), as if it
+    joined that priority now. A committed or cancelled task: NOT_CLAIMABLE (STATE). The same priority again changes
+    nothing. Recorded in the timeline and the audit log with the principal and the reason.
+
+    Lock order: the task row and its namespace (``hold_task``), then the key and the lane (``stamp``)."""
+    priority, reason = all_of(
+        lambda: fair_share.checked_priority(priority),
+        lambda: real_text(reason, why="A priority change needs a reason: it goes to the audit log."),
+    )
+    with transaction.atomic(durable=True):
+        ns, task = hold_task(task_id)
+        if task.state in (TaskState.COMMITTED, TaskState.CANCELLED):
+            raise NotClaimable(
+                f"a {task.state} task is never granted again", reason="STATE", current=task_current(task, ns)
+            )
+        if task.priority == priority:
+            return task
+        interleave.reach("task_set_priority.locked")
+        previous = task.priority
+        place = fair_share.stamp(ns, priority=priority, key=task.fairness_key, weight=None)
+        task.priority, task.vtag, task.fairness_weight = priority, place.vtags[0], place.weight
+        task.updated_at = ns.now
+        task.save(update_fields=["priority", "vtag", "fairness_weight", "updated_at"])
+        detail = {"from": previous, "to": priority, "reason": reason}
+        append_event(EventKind.PRIORITY_CHANGED, **ns.on(task_id, principal, detail=detail))
+        ns.audit(principal, "task_set_priority", target=task_id, reason=reason, detail=detail)
+        if task.state == TaskState.READY:
+            wakeups.claimable(ns.name, nodes=[task.node_id])
     return task

@@ -334,10 +334,10 @@ SPECTACULAR_SETTINGS = {
         "V1_ONLY → claim.v1 only. The epoch rule holds in every stage. The legacy protocol is under /api/legacy/."
     ),
     # The schema's own version (a package version, as generators want one); the wire contract it describes is
-    # claim.v1 with its §9 additions (info.x-contract, x-contract-version "1.9"): the clients' versions are
-    # 1.9.x — the contract's major and minor, their own patch (tests/sdk/test_published_clients.py).
+    # claim.v1 with its §9 and §10 additions (info.x-contract, x-contract-version "1.10"): the clients' versions are
+    # 1.10.x — the contract's major and minor, their own patch (tests/sdk/test_published_clients.py).
     "VERSION": "0.12.0",
-    "EXTENSIONS_INFO": {"x-contract": "claim.v1", "x-contract-version": "1.9"},
+    "EXTENSIONS_INFO": {"x-contract": "claim.v1", "x-contract-version": "1.10"},
     # The enum hook rebuilds the components: ours adds its own after it.
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

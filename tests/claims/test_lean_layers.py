@@ -111,12 +111,13 @@ HOT_TABLE_INDEXES = {
     "claims_task": {
         "claims_task_pkey",
         "claims_task_result_commit_id_key",
+        "task_claimed_epoch",  # claim-v1.md §10: a claim asks whether a fenced claim outranks a READY task
         "task_claimed_lease",
         "task_created",
         "task_ns_created",
         "task_open_created",
         "task_open_ns_created",
-        "task_ready_frontier",
+        "task_ready_order",
     },
     "claims_taskevent": {"claims_taskevent_pkey", "event_at", "event_ns_point_at", "event_task_timeline"},
 }

@@ -33,9 +33,13 @@ def test_create_makes_a_ready_task_with_the_contracts_fields(operator):
         "result_commit_id",
         "result_digest",
         "result",
+        "priority",  # claim-v1.md §10
+        "fairness_key",
+        "fairness_weight",
         "created_at",
         "updated_at",
     }
+    assert (body["priority"], body["fairness_key"], body["fairness_weight"]) == (3, "", 1.0)
     assert body["input_digest"] == digest({"files": ["a.py"]})
     assert (body["state"], body["claim_generation"], body["namespace"]) == ("READY", 0, "default")
     assert Task.objects.filter(pk="run-1:lint").exists()

@@ -253,6 +253,14 @@ ACTIONS: dict[str, Action] = {
         api=("post", "/api/v1/tasks/{task_ready}/cancel"),
         text=("reason",),
     ),
+    "task-priority": Action(
+        may="operator",
+        may_not="reviewer",
+        body=lambda s: {"priority": 1, "reason": "incident #7: this first"},
+        api=("post", "/api/v1/tasks/{task_ready}/priority"),
+        text=("reason",),
+        required=("priority",),
+    ),
     "task-requeue": Action(
         may="operator",
         may_not="reviewer",

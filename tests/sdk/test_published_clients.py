@@ -2,7 +2,7 @@
 server's; the TypeScript client packs (`npm pack`) into a package with an entry point, bundled types generated from
 that schema and a README, and works from a separate TypeScript project against a live server; the Python client
 builds as a wheel that works from a clean venv; both clients' versions follow the contract's (claim.v1 with its
-§9 additions: 1.9.x)."""
+§9 and §10 additions: 1.10.x)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def test_both_clients_versions_follow_the_contracts():
     package = json.loads((TS / "package.json").read_text())
     python_client = (ROOT / "clients/python/pyproject.toml").read_text()
 
-    assert contract == "1.9"
+    assert contract == "1.10"
     assert (
         package["version"].startswith(contract + ".") and f'version = "{package["version"]}"' in python_client
     )
@@ -223,5 +223,5 @@ def test_the_python_client_wheel_works_from_a_clean_venv(live_server, tmp_path):
         )
     )
 
-    assert answer == {"version": "1.9.0", "late": ["FENCED", "GENERATION"]}
+    assert answer == {"version": "1.10.0", "late": ["FENCED", "GENERATION"]}
     assert Task.objects.get(pk=task_id).result == {"by": "second"}

@@ -3,6 +3,7 @@ errors, batches, inline commit, waiting, the retry policy, and an install withou
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -231,6 +232,76 @@ def test_a_namespace_at_legacy_raises_stage_not_open(server):
     with pytest.raises(sdk.StageNotOpen):
         a.claim(task_id, scheduler_epoch=1, ttl_seconds=5)
     assert Task.objects.get(pk=task_id).claim_generation == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_priority_and_fair_share_through_the_sdk(server):
+    """claim-v1.md §10 from the SDK: tasks created with a priority and a key, the urgent one claimed first, an
+    operator's priority change audited; a create sent again after a lost reply is one task."""
+    op = _cp(server, make_actor("olivia-operator", "operator"))
+    worker = _cp(server, make_actor("worker-a", "worker"))
+    routine = op.create_task("n", {"n": 1}, fairness_key="tenant-a", fairness_weight=2)
+    urgent = op.create_task("n", {"n": 2}, priority=1, fairness_key="tenant-b")
+    again = op.create_task("n", {"n": 2}, task_id=urgent["task_id"], priority=1, fairness_key="tenant-b")
+
+    assert (routine["priority"], routine["fairness_key"], routine["fairness_weight"]) == (3, "tenant-a", 2.0)
+    assert again["task_id"] == urgent["task_id"] and Task.objects.count() == 2
+    first = worker.claim_next(scheduler_epoch=1, ttl_seconds=30)
+    assert first is not None and first.task_id == urgent["task_id"]
+    moved = op.set_priority(routine["task_id"], 2, reason="customer escalation")
+    assert moved["priority"] == 2
+    with pytest.raises(sdk.Forbidden):
+        worker.set_priority(routine["task_id"], 1, reason="me first")
+    assert Task.objects.get(pk=routine["task_id"]).priority == 2
+
+
+RELEASED_1_9 = "f4f85ac"  # the last commit whose SDK was 1.9.0 (claim.v1 with §9, before §10)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(600)
+def test_the_released_1_9_sdk_is_unaffected(server, tmp_path):
+    """An older client sends none of §10: it claims oldest first, exactly as before, and commits."""
+    import shutil
+    import tarfile
+
+    archive = tmp_path / "sdk.tar"
+    done = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "-o", str(archive), RELEASED_1_9, "clients/python"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, f"the 1.9 SDK's commit is part of this repository's history: {done.stderr}"
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path, filter="data")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [str(venv / "bin/python"), "-m", "pip", "install", "--quiet", str(tmp_path / "clients/python")],
+        check=True,
+        timeout=300,
+    )
+    op, worker = make_actor("olivia-operator", "operator"), make_actor("old-worker", "worker")
+    ids = [op.create(node_id="n", task_id=f"t-{n}").json()["task_id"] for n in (2, 0, 1)]
+    flow = (
+        "import json, sys, claim_client as c\n"
+        "cp = c.ControlPlane(sys.argv[1], sys.argv[2], owner_id=sys.argv[3])\n"
+        "order = []\n"
+        "while (claim := cp.claim_next(scheduler_epoch=1, ttl_seconds=30)) is not None:\n"
+        "    order.append(claim.task_id)\n"
+        "    cp.commit(claim, {'by': 'old'})\n"
+        "print(json.dumps({'version': c.__version__, 'order': order}))\n"
+    )
+    out = subprocess.run(
+        [str(venv / "bin/python"), "-c", flow, server, worker.token, worker.name],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert json.loads(out.stdout) == {"version": "1.9.0", "order": ids}
+    assert {t.state for t in Task.objects.all()} == {"COMMITTED"}
+    shutil.rmtree(tmp_path / "clients")
 
 
 def test_the_sdk_installs_and_imports_without_the_server(tmp_path):

@@ -19,7 +19,7 @@ from .outcomes import *  # noqa: F403 - one exception class per outcome word
 from .outcomes import BY_OUTCOME
 from .values import Claim, Committed, EffectFailed, EffectResult, EffectTicket, EffectUnknown
 
-__version__ = "1.9.0"
+__version__ = "1.10.0"
 __all__ = [
     "BY_OUTCOME",
     "Claim",

@@ -170,6 +170,41 @@ class ControlPlane:
     def task(self, task_id: str) -> dict[str, Any]:
         return cast(dict[str, Any], self._request("GET", f"/tasks/{task_id}").json())
 
+    # -- tasks --
+    def create_task(
+        self,
+        node_id: str,
+        input: Any,
+        *,
+        task_id: str | None = None,
+        namespace: str | None = None,
+        depends_on: list[str] | None = None,
+        resources: list[str] | None = None,
+        priority: int | None = None,
+        fairness_key: str | None = None,
+        fairness_weight: float | None = None,
+    ) -> dict[str, Any]:
+        """Create a task (a sub-task, for a worker) and answer it. ``priority`` 1 (granted first) to 5,
+        ``fairness_key`` and ``fairness_weight`` share a priority's grants between keys (claim-v1.md §10); each
+        left out is the server's default. Without a ``task_id`` one is made here, so a create whose reply was lost
+        is sent again safely: the same definition is a repeat, answered with the task."""
+        body: dict[str, Any] = {"node_id": node_id, "input": input, "task_id": task_id or uuid.uuid4().hex}
+        optional = {
+            "namespace": namespace,
+            "depends_on": depends_on,
+            "resources": resources,
+            "priority": priority,
+            "fairness_key": fairness_key,
+            "fairness_weight": fairness_weight,
+        }
+        body.update({name: value for name, value in optional.items() if value is not None})
+        return cast(dict[str, Any], self._request("POST", "/tasks", body, idempotent=True).json())
+
+    def set_priority(self, task_id: str, priority: int, *, reason: str) -> dict[str, Any]:
+        """An operator's change of a task's priority for its next grant (claim-v1.md §10); audited with ``reason``."""
+        body = {"priority": priority, "reason": reason}
+        return cast(dict[str, Any], self._request("POST", f"/tasks/{task_id}/priority", body).json())
+
     # -- claims --
     def _claimed(self, body: dict[str, Any], started: float, ttl: int) -> Claim:
         fields = {k: body[k] for k in Claim.__dataclass_fields__ if not k.startswith("_")}
@@ -199,8 +234,9 @@ class ControlPlane:
         node_ids: list[str] | None = None,
         wait_seconds: int = 0,
     ) -> Claim | None:
-        """The oldest claimable task, or None when nothing is claimable — after waiting up to ``wait_seconds``
-        (0–30) for one to become claimable, woken by the server as soon as one does."""
+        """The first claimable task in grant order (priority, then fair share, then oldest), or None when nothing is
+        claimable — after waiting up to ``wait_seconds`` (0–30) for one to become claimable, woken by the server as
+        soon as one does."""
         started = time.monotonic()
         body = self._claim_body(scheduler_epoch, ttl_seconds, namespace, node_ids, wait_seconds)
         response = self._waiting("/claims", body, wait_seconds)
