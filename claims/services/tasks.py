@@ -150,13 +150,8 @@ def task_create(
         if winner is not None:
             return _existing(winner, definition, ns)
         _link(task, states)
-        detail = {
-            "state": task.state,
-            "node_id": node_id,
-            "input_digest": input_digest,
-            "depends_on": depends_on,
-        }
-        detail.update(priority=priority, fairness_key=fairness_key)
+        detail: dict[str, Any] = {"state": task.state, "node_id": node_id, "input_digest": input_digest}
+        detail.update(depends_on=depends_on, priority=priority, fairness_key=fairness_key)
         append_event(EventKind.TASK_CREATED, **ns.on(task.task_id, principal, detail=detail))
         if principal.role != Role.WORKER:
             ns.audit(principal, "task_create", target=task.task_id)
