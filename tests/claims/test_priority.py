@@ -66,7 +66,7 @@ def test_the_smallest_priority_first_then_oldest(operator, worker_a):
 
 
 def test_a_priority_one_task_behind_a_large_backlog_is_the_next_grant(operator, worker_a):
-    backlog(20_000)
+    backlog(100_000)
     urgent = operator.create(task_id="urgent", priority=1).json()
     assert (urgent["priority"], urgent["state"]) == (1, "READY")
     assert worker_a.claim_next().json()["task_id"] == "urgent"
@@ -74,9 +74,9 @@ def test_a_priority_one_task_behind_a_large_backlog_is_the_next_grant(operator, 
 
 
 def test_weights_share_the_grants_from_the_first_one(operator, worker_a):
-    """Two keys, weights 3 and 1, backlogs of 20,000 and 100 (the large one created first): the small key's tasks
+    """Two keys, weights 3 and 1, backlogs of 100,000 and 100 (the large one created first): the small key's tasks
     are granted at its share — one in four — from the first grant, within the bound on every window."""
-    backlog(20_000, key="big", weight=3)
+    backlog(100_000, key="big", weight=3)
     for n in range(100):
         assert operator.create(task_id=f"small-{n:03d}", fairness_key="small").status_code == 201
     grants = granted(worker_a, 400)
