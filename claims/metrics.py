@@ -25,7 +25,7 @@ from django_prometheus.exports import ExportToDjangoView
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
-from . import clock, selectors, tallies
+from . import clock, queues, selectors, tallies
 from .database import database_state
 from .models import MetricTally
 from .tallies import HISTOGRAMS, Figures
@@ -111,6 +111,27 @@ class ClaimsCollector(Collector):
         yield age
         yield from _job_families()
         yield from _database_families()
+        yield from _queue_families()
+
+
+def _queue_families() -> Iterator:
+    """claim-v1.md §10: each namespace's READY backlog by priority, and by its largest fairness keys (the rest summed
+    as ``(other)``: at most ``queues.TOP_KEYS + 1`` series a namespace, however many tenants share it)."""
+    by_priority = GaugeMetricFamily(
+        "claims_ready_tasks", "READY tasks by namespace and priority.", labels=["namespace", "priority"]
+    )
+    by_key = GaugeMetricFamily(
+        "claims_ready_tasks_by_key",
+        f"READY tasks of the namespace's {queues.TOP_KEYS} largest fairness keys, the rest as (other).",
+        labels=["namespace", "key"],
+    )
+    for namespace, queue in sorted(queues.backlogs().items()):
+        for priority, n in sorted(queue.by_priority.items()):
+            by_priority.add_metric([namespace, str(priority)], n)
+        for key, n in queue.by_key:
+            by_key.add_metric([namespace, key], n)
+    yield by_priority
+    yield by_key
 
 
 def _job_families() -> Iterator:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -82,6 +83,31 @@ def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
             effects=labelled(task.effects.order_by("created_at")),
         ),
     )
+
+
+@require_POST
+@role_required("operator")
+def task_priority(request: HttpRequest, task_id: str) -> HttpResponse:
+    """claim-v1.md §10: the task's priority for its next grant, with a reason (audited); a holder keeps its claim."""
+    raw = request.POST.get("priority", "").strip()
+    priority: Any = int(raw) if raw.isdigit() and len(raw) < 3 else raw  # the service names a bad one
+    try:
+        task = services.task_set_priority(
+            principal=acting(request),
+            task_id=task_id,
+            priority=priority,
+            reason=request.POST.get("reason", ""),
+        )
+    except ClaimError as exc:
+        return refused(
+            request,
+            exc,
+            form="priority",
+            again=lambda: task_detail(request, task_id),
+            back=lambda: redirect("console:task", task_id),
+        )
+    messages.success(request, f"Priority {task.priority}: {task_id} takes its new place at its next grant.")
+    return redirect("console:task", task_id)
 
 
 @role_required("viewer")

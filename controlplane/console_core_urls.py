@@ -15,6 +15,7 @@ app_name = "console"
 core_pages = [
     path("tasks/", claim_views.tasks, name="tasks"),
     path("tasks/<task_id:task_id>", claim_views.task_detail, name="task"),
+    path("tasks/<task_id:task_id>/priority", claim_views.task_priority, name="task-priority"),
     path("effects/", claim_views.effects, name="effects"),
     path("audit/", claim_views.audit, name="audit"),
     path("effects/<effect_id:effect_id>/reconcile", claim_views.effect_reconcile, name="effect-reconcile"),

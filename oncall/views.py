@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 from kombu.exceptions import OperationalError
 
-from claims import clock, services
+from claims import clock, queues, services
 from claims import selectors as core_selectors
 from claims.errors import ClaimError, Invalid
 from claims.models import Namespace
@@ -72,6 +72,7 @@ def incident_page(request: HttpRequest, ns: str) -> HttpResponse:
             **header,
             "fences": selectors.fence_history(ns),
             "drain": selectors.drain_counts(namespace),
+            "queue": queues.queue(namespace, header["taken_at"]),
         }
         return render(request, "oncall/incident.html", context)
 

@@ -14,7 +14,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from claims import clock, interleave
+from claims import clock, interleave, queues
 from claims.errors import ClaimError, Invalid, InvalidTransition
 from claims.models import (
     Namespace,
@@ -81,6 +81,7 @@ def _rollout_context(request: HttpRequest, ns: Namespace) -> dict:
         "coverage": coverage,
         "coverage_chart": console.coverage_chart(coverage),
         "drains": drains,
+        "queue": queues.queue(ns, now),
         "rollback": (rollback := Rollback.objects.filter(namespace=ns.name).order_by("-started_at").first()),
         "written_over": selectors.write_back_differences(ns.name, rollback.pk) if rollback else [],
         "legacy_import": selectors.legacy_import_of(ns.name),

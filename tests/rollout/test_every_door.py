@@ -258,6 +258,7 @@ ACTIONS: dict[str, Action] = {
         may_not="reviewer",
         body=lambda s: {"priority": 1, "reason": "incident #7: this first"},
         api=("post", "/api/v1/tasks/{task_ready}/priority"),
+        console="/tasks/{task_ready}/priority",
         text=("reason",),
         required=("priority",),
     ),
