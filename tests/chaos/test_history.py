@@ -52,6 +52,7 @@ from rollout.models import DrainSnapshot, Rollback
 from rollout.tasks import advance_rollback
 from tests.support import trace
 from tests.support.actors import ensure_default_namespace, make_actor
+from tests.support.order import check_order
 from tests.support.processes import FAST_RESEND_ENV, restart_postgres, running_server, wait_for
 from tests.support.races import pg_deadlocks, row_locked
 from tests.support.rollout import stage_history_replays, stage_of
@@ -133,14 +134,19 @@ def check_invariants(
     for task_id in committed:
         assert StagedResult.objects.filter(task_id=task_id, canonical=True).count() == 1
 
-    # 2. generations strictly increase per task, in the order the grants were answered
+    # 2. generations strictly increase per task in real-time order: a grant answered before another grant's request
+    #    was sent has the smaller generation, and no two grants share one (a client stopped between the server's
+    #    answer and its own record may record an older grant after a newer one: only their requests overlap)
     grants = defaultdict(list)
     for e in history:
         if e["op"] == "claim" and e["status"] == 200:
-            grants[e["task_id"]].append((e["t1"], e["generation"]))
+            grants[e["task_id"]].append((e["t0"], e["t1"], e["generation"], e["attempt_id"]))
     for task_id, seen in grants.items():
-        generations = [g for _, g in sorted(seen)]
-        assert generations == sorted(set(generations)), (task_id, generations)
+        by_generation = {g: attempt for _, _, g, attempt in seen}
+        assert len(by_generation) == len({attempt for *_, attempt in seen}), (task_id, seen)
+        for _, answered, earlier, _ in seen:
+            for sent, _, later, _ in seen:
+                assert not (answered < sent and later <= earlier), (task_id, sorted(seen))
 
     # 3. no accepted commit older (epoch, generation) than one accepted before it on the same task
     accepted = defaultdict(list)
@@ -184,7 +190,16 @@ def check_invariants(
             f"before generation {attempt.claim_generation}'s lease ran out ({max(leases)})"
         )
 
-    # 7. trace validation: the run's timelines, replayed against the Spin model of the rules, are explained event
+    # 7. the grant order (claim-v1.md §10; tests/support/order.py): no first grant while a READY task of a better
+    #    priority waited, and each key's share within the bound (plus the reordering of 4 workers' batches of 3)
+    order = check_order("chaos", slack=12)
+    assert not order.priority_violations, order.priority_violations[:5]
+    assert order.worst_excess <= 1e-9 and order.windows_checked, order
+    print(
+        f"\nORDER {order.grants} first grants in order; worst window {order.worst_excess:+.2f} against the bound"
+    )
+
+    # 8. trace validation: the run's timelines, replayed against the Spin model of the rules, are explained event
     #    by event (tests/support/trace.py)
     verdict = trace.assert_explained(_rows)
     print(f"\nTRACE {verdict.events} recorded events explained by model/trace.pml in {verdict.seconds:.2f} s")
@@ -197,10 +212,19 @@ def _rows(sql: str) -> list[tuple]:
         return cursor.fetchall()
 
 
+KEYS = (("tenant-a", 1), ("tenant-b", 2), ("tenant-c", 1))  # claim-v1.md §10: three keys sharing the queue
+
+
 def create_tasks(operator, count: int, kinds: tuple[str, ...] = ("plain",)) -> list[str]:
+    """The run's tasks: one in five urgent (priority 1), the rest priority 3, spread over three fairness keys."""
     return [
         operator.create(
-            namespace="chaos", node_id=f"n{i % len(kinds)}", input={"i": i, "kind": kinds[i % len(kinds)]}
+            namespace="chaos",
+            node_id=f"n{i % len(kinds)}",
+            input={"i": i, "kind": kinds[i % len(kinds)]},
+            priority=1 if i % 5 == 0 else 3,
+            fairness_key=KEYS[i % 3][0],
+            fairness_weight=KEYS[i % 3][1],
         ).json()["task_id"]
         for i in range(count)
     ]
