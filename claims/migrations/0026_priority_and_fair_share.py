@@ -54,22 +54,22 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="task",
             name="fairness_key",
-            field=models.CharField(blank=True, default="", max_length=64),
+            field=models.CharField(blank=True, db_default="", default="", max_length=64),
         ),
         migrations.AddField(
             model_name="task",
             name="fairness_weight",
-            field=models.FloatField(default=1.0),
+            field=models.FloatField(db_default=1.0, default=1.0),
         ),
         migrations.AddField(
             model_name="task",
             name="priority",
-            field=models.PositiveSmallIntegerField(default=3),
+            field=models.PositiveSmallIntegerField(db_default=3, default=3),
         ),
         migrations.AddField(
             model_name="task",
             name="vtag",
-            field=models.FloatField(default=0.0),
+            field=models.FloatField(db_default=0.0, default=0.0),
         ),
         migrations.AlterField(
             model_name="taskevent",

@@ -86,10 +86,11 @@ class Task(models.Model):
     # claim-v1.md §10: 1 is granted first. ``fairness_key`` shares grants within a priority by the key's weight;
     # ``vtag`` is the task's place in that share — its virtual start time, stamped by ``services.fair_share`` when
     # the task is created or its priority changes (docs/architecture.md, "Priority and fair share").
-    priority = models.PositiveSmallIntegerField(default=3)
-    fairness_key = models.CharField(max_length=64, blank=True, default="")
-    fairness_weight = models.FloatField(default=1.0)  # the key's weight when the task took its place
-    vtag = models.FloatField(default=0.0)
+    # Defaults in the database too: a row written by SQL of its own (a bench's seed) is a task of the default lane.
+    priority = models.PositiveSmallIntegerField(default=3, db_default=3)
+    fairness_key = models.CharField(max_length=64, blank=True, default="", db_default="")
+    fairness_weight = models.FloatField(default=1.0, db_default=1.0)  # the key's weight when the task took its place
+    vtag = models.FloatField(default=0.0, db_default=0.0)
 
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
