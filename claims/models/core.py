@@ -89,7 +89,9 @@ class Task(models.Model):
     # Defaults in the database too: a row written by SQL of its own (a bench's seed) is a task of the default lane.
     priority = models.PositiveSmallIntegerField(default=3, db_default=3)
     fairness_key = models.CharField(max_length=64, blank=True, default="", db_default="")
-    fairness_weight = models.FloatField(default=1.0, db_default=1.0)  # the key's weight when the task took its place
+    fairness_weight = models.FloatField(
+        default=1.0, db_default=1.0
+    )  # the key's weight when the task took its place
     vtag = models.FloatField(default=0.0, db_default=0.0)
 
     created_at = models.DateTimeField()
@@ -104,8 +106,8 @@ class Task(models.Model):
                 condition=Q(state="READY"),
                 name="task_ready_order",
             ),
-            # Reclaim candidates: claimed tasks whose lease ran out or whose epoch is old (each a range scan: a
-            # claim asks whether any is there before it takes a READY task of a lower priority).
+            # Reclaim candidates: claimed tasks whose lease ran out or whose epoch is old. A claim asks whether one
+            # outranks the READY task it would take (statements._priority_bound): the claims in flight, by either.
             models.Index(
                 fields=["namespace", "lease_expires_at"],
                 condition=Q(state="CLAIMED"),

@@ -93,8 +93,8 @@ def not_held(outer: str) -> str:
 # claim-v1.md §10, across READY tasks and claims to take back: a pick of one kind takes nothing of a lower priority
 # than the best the other kind offers this request (``bound``: the same conditions on alias ``s``). The bound passes
 # over rows another claimer is deciding on (SKIP LOCKED), as the picks do: what it names, this request could take —
-# a row locked elsewhere never makes it answer nothing while it could take something. On the common path, where no
-# claim is stale, the stale bound is two range scans of partial indexes that find no row.
+# a row locked elsewhere never makes it answer nothing while it could take something. The stale bound reads the
+# namespace's CLAIMED tasks from a partial index (task_claimed_epoch): the claims in flight, not the backlog.
 def _stale_claims(alias: str) -> str:
     return (
         f"{alias}.namespace_id = %s AND {alias}.state = 'CLAIMED' "
