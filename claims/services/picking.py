@@ -28,28 +28,10 @@ from .claiming import (
 from .resources import KeysForClaims
 
 
-def task_claim_next(
-    *,
-    principal: Principal,
-    owner_id: str,
-    scheduler_epoch: int,
-    ttl_seconds: int,
-    namespace: str = "default",
-    node_ids: list[str] | None = None,
-    passed_over: list[str] | None = None,
-) -> ClaimGrant | None:
-    """Claim the oldest claimable task of a namespace, or None when nothing is claimable (the API's 204): a batch
-    of one (``task_claim_batch``)."""
-    grants = task_claim_batch(
-        principal=principal,
-        owner_id=owner_id,
-        scheduler_epoch=scheduler_epoch,
-        ttl_seconds=ttl_seconds,
-        max_tasks=1,
-        namespace=namespace,
-        node_ids=node_ids,
-        passed_over=passed_over,
-    )
+def task_claim_next(**request: Any) -> ClaimGrant | None:
+    """Claim the first claimable task of a namespace in grant order, or None when nothing is claimable (the API's
+    204): a batch of one — ``task_claim_batch``'s arguments but ``max_tasks``."""
+    grants = task_claim_batch(max_tasks=1, **request)
     return grants[0] if grants else None
 
 

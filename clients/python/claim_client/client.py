@@ -172,32 +172,14 @@ class ControlPlane:
 
     # -- tasks --
     def create_task(
-        self,
-        node_id: str,
-        input: Any,
-        *,
-        task_id: str | None = None,
-        namespace: str | None = None,
-        depends_on: list[str] | None = None,
-        resources: list[str] | None = None,
-        priority: int | None = None,
-        fairness_key: str | None = None,
-        fairness_weight: float | None = None,
+        self, node_id: str, input: Any, *, task_id: str | None = None, **fields: Any
     ) -> dict[str, Any]:
-        """Create a task (a sub-task, for a worker) and answer it. ``priority`` 1 (granted first) to 5,
-        ``fairness_key`` and ``fairness_weight`` share a priority's grants between keys (claim-v1.md §10); each
-        left out is the server's default. Without a ``task_id`` one is made here, so a create whose reply was lost
-        is sent again safely: the same definition is a repeat, answered with the task."""
-        body: dict[str, Any] = {"node_id": node_id, "input": input, "task_id": task_id or uuid.uuid4().hex}
-        optional = {
-            "namespace": namespace,
-            "depends_on": depends_on,
-            "resources": resources,
-            "priority": priority,
-            "fairness_key": fairness_key,
-            "fairness_weight": fairness_weight,
-        }
-        body.update({name: value for name, value in optional.items() if value is not None})
+        """Create a task (a sub-task, for a worker) and answer it. ``fields``: the create's other fields, as the
+        contract names them — ``namespace``, ``depends_on``, ``resources``, ``replay_policy``, and claim-v1.md §10's
+        ``priority`` (1, granted first, to 5), ``fairness_key`` and ``fairness_weight``; each left out is the
+        server's default. Without a ``task_id`` one is made here, so a create whose reply was lost is sent again
+        safely: the same definition is a repeat, answered with the task."""
+        body = {"node_id": node_id, "input": input, "task_id": task_id or uuid.uuid4().hex, **fields}
         return cast(dict[str, Any], self._request("POST", "/tasks", body, idempotent=True).json())
 
     def set_priority(self, task_id: str, priority: int, *, reason: str) -> dict[str, Any]:
