@@ -34,10 +34,12 @@ def _built_with_a_task(live_server, tmp_path):
     ensure_default_namespace()
     schema = tmp_path / "schema.json"
     schema.write_bytes(httpx.get(f"{live_server.url}/api/v1/schema/?format=json", timeout=30).content)
-    if not (TS / "node_modules").exists():
+    bins = TS / "node_modules" / ".bin"
+    if not ((bins / "openapi-typescript").exists() and (bins / "tsc").exists()):
         _run("npm", "ci", "--no-audit", "--no-fund")
-    _run("npx", "openapi-typescript", str(schema), "-o", "src/schema.ts")
-    _run("npx", "tsc", "-p", "tsconfig.json")  # type-checked against the live schema
+    # The project's own binaries, not npx: npx resolves by the npm on PATH, which another test's Node may change.
+    _run(str(bins / "openapi-typescript"), str(schema), "-o", "src/schema.ts")
+    _run(str(bins / "tsc"), "-p", "tsconfig.json")  # type-checked against the live schema
     operator = make_actor("olivia-operator", "operator")
     worker = make_actor("ts-worker", "worker")
     return worker, operator.create(node_id="ts").json()["task_id"]
