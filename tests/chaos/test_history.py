@@ -193,8 +193,11 @@ def check_invariants(
     # 7. the grant order (claim-v1.md §10; tests/support/order.py): no first grant while a READY task of a better
     #    priority waited, and each key's share within the bound (plus the reordering of 4 workers' batches of 3)
     order = check_order("chaos", slack=12)
+    keys = Task.objects.filter(namespace__name="chaos").values("fairness_key").distinct().count()
     assert not order.priority_violations, order.priority_violations[:5]
-    assert order.worst_excess <= 1e-9 and order.windows_checked, order
+    assert order.worst_excess <= 1e-9 and (order.windows_checked or keys < 2), (
+        order
+    )  # a fleet's tasks: one key
     print(
         f"\nORDER {order.grants} first grants in order; worst window {order.worst_excess:+.2f} against the bound"
     )
