@@ -117,20 +117,25 @@ class _Batch:
         (claim-v1.md §10) across READY tasks and claims to take back: a READY pick takes no lower priority than the
         best stale claim, and a stale pick none lower than the best READY task, so each pick serves the best
         priority there is. With no stale claim — the common path — one READY pick fills the batch. A READY pick
-        that comes back short is followed by a stale pick; when that finds nothing, nothing else may be taken."""
+        that comes back short is followed by a stale pick; when that neither grants nor passes anything over,
+        nothing else may be taken. (A stale claim passed over — its keys held — no longer bounds the READY pick,
+        so the READY pick runs again.)"""
         while self._wanted() > 0:
             self._fill_kind(reclaim=False)
             if self._wanted() == 0 or not self._fill_kind(reclaim=True):
                 return
 
+    def _moved(self) -> tuple[int, int]:
+        return len(self.grants), len(self.passed_over)
+
     def _wanted(self) -> int:
         return self.max_tasks - len(self.grants)
 
     def _fill_kind(self, *, reclaim: bool) -> bool:
-        """Pick and grant until the batch is full or no candidate of the kind is left; whether any was granted.
-        Each round picks only what is still wanted; a round's candidates that may not be taken are passed over by
-        the next."""
-        before = len(self.grants)
+        """Pick and grant until the batch is full or no candidate of the kind is left; whether any was granted or
+        passed over. Each round picks only what is still wanted; a round's candidates that may not be taken are
+        passed over by the next."""
+        before = self._moved()
         while (want := self._wanted()) > 0:
             picked = self._pick(reclaim=reclaim, want=want)
             if not picked:
@@ -146,7 +151,7 @@ class _Batch:
                 self._contend(contenders, reclaim=reclaim)
             if len(picked) < want:
                 break
-        return len(self.grants) > before
+        return self._moved() != before
 
     def _filters(self, alias: str) -> tuple[str, list[Any]]:
         """What this request may take, as conditions on the task ``alias``: its node filter, the tasks it passed

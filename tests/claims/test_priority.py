@@ -227,3 +227,22 @@ def test_a_ready_task_of_a_better_priority_goes_before_an_expired_claim(operator
     db_clock.travel(6)
     grants = granted(worker_a, 2, batch=2)
     assert [g["task_id"] for g in grants] == ["ready-p2", "held-p3"]
+
+
+def test_a_stale_claim_that_may_not_be_taken_back_never_holds_off_a_ready_task(operator, worker_a, db_clock):
+    """A stale priority-1 claim whose resource key another task's live attempt holds is passed over — and then no
+    longer bounds the READY pick: the READY priority-3 task is granted, not a 204."""
+    assert operator.post("/resources", {"resource_key": "repo"}).status_code == 201
+    operator.create(task_id="stale-p1", priority=1, resources=["repo"])
+    make_actor("gone", "worker").claim("stale-p1", ttl=5)
+    db_clock.travel(6)  # its lease ran out: the key is free, and another task takes it
+    operator.create(task_id="holder-p5", priority=5, resources=["repo"])
+    assert make_actor("holder", "worker").claim("holder-p5", ttl=300).status_code == 200
+    operator.create(task_id="ready-p3")
+
+    response = worker_a.claim_next()
+
+    assert response.status_code == 200, response.status_code
+    assert response.json()["task_id"] == "ready-p3"
+    assert Task.objects.get(pk="stale-p1").owner_id == "gone"
+    assert Task.objects.get(pk="ready-p3").owner_id == worker_a.name
