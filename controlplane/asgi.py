@@ -8,7 +8,8 @@ Django's ASGI handler runs the ``request_started`` receivers that are sync (``cl
 its whole wait. Here they run for the console and admin only: the API's worker endpoints take and return their
 database connections in the shared executor's threads (``claims.waiting``), and the API's other views run in the
 request's thread on a connection from the pool, returned when the response closes (``request_finished``, as
-Django does)."""
+Django does). Each request's own thread for Django's thread-sensitive work is lent, not started
+(``controlplane.request_threads``)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,15 @@ signals.request_started.connect(_request_started)
 
 from django.apps import apps  # noqa: E402
 
+from .request_threads import request_thread  # noqa: E402
+
+
+async def django_served(scope, receive, send) -> None:
+    """Django's handler, each request's thread-sensitive work on a thread lent to it (controlplane/
+    request_threads.py) instead of one started and joined for it."""
+    async with request_thread():
+        await django_application(scope, receive, send)
+
 
 def _mcp_path(path: str) -> bool:
     return path == "/mcp" or path.startswith("/mcp/")
@@ -75,7 +85,7 @@ if apps.is_installed("gateway"):
         elif scope["type"] == "http" and _mcp_path(scope["path"]):
             await gateway(scope, receive, send)
         else:
-            await django_application(scope, receive, send)
+            await django_served(scope, receive, send)
 
 else:
-    application = django_application  # type: ignore[assignment]
+    application = django_served

@@ -415,6 +415,10 @@ def load(model: type[models.Model], sql: str, params: list[Any]) -> list[Any]:
         if columns is None:
             columns = _COLUMNS[key] = tuple(col[0] for col in cursor.description)
         rows = cursor.fetchall()
+        if rows and len(rows[0]) != len(
+            columns
+        ):  # a migration changed a ``t.*``'s table since: read them again
+            columns = _COLUMNS[key] = tuple(col[0] for col in cursor.description)
     names, converters = _converters(model, columns, db.vendor)
     field_names = {field.attname for field in model._meta.concrete_fields}
     loaded = []

@@ -163,9 +163,16 @@ if DATABASE_URL:
     if _db["ENGINE"] == "django.db.backends.sqlite3":
         _db["OPTIONS"].update({"transaction_mode": "IMMEDIATE", "timeout": 30})
     _db["CONN_HEALTH_CHECKS"] = True
-    if _db["ENGINE"] == "django.db.backends.postgresql" and env_bool("DATABASE_PREPARED_STATEMENTS", False):
-        # Server-side parameters and prepared statements (psycopg 3): less parsing and planning per statement.
-        # Off by default because transaction-mode poolers (older PgBouncer) cannot carry prepared statements.
+    _behind_pgbouncer = env_bool("DATABASE_PGBOUNCER", False)
+    if _db["ENGINE"] == "django.db.backends.postgresql" and env_bool(
+        "DATABASE_PREPARED_STATEMENTS", not _behind_pgbouncer
+    ):
+        # Server-side parameters and prepared statements (psycopg 3): a statement run twice on a connection is
+        # prepared, then sent as its name and parameters — no parsing or planning per request (about a tenth of
+        # PostgreSQL's CPU on the worker path, docs/benchmarks.md). Off by default behind PgBouncer, whose
+        # transaction mode (before 1.21's max_prepared_statements) cannot carry them. A statement prepared before a
+        # migration changed its table's columns fails once per connection (``claims.errors``: a 503 to retry);
+        # psycopg forgets its prepared statements on that rollback.
         _db["OPTIONS"].update({"server_side_binding": True, "prepare_threshold": 2})
     if (
         _db["ENGINE"] == "django.db.backends.postgresql"
@@ -185,7 +192,7 @@ if DATABASE_URL:
             "timeout": 10,
         }
         _db["CONN_MAX_AGE"] = 0
-    if env_bool("DATABASE_PGBOUNCER", False):
+    if _behind_pgbouncer:
         # Behind PgBouncer in transaction mode a named server-side cursor (QuerySet.iterator) would outlive the
         # transaction's server connection. Prepared statements are already off by default.
         _db["DISABLE_SERVER_SIDE_CURSORS"] = True

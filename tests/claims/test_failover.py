@@ -204,3 +204,44 @@ def test_metrics_and_the_incident_header_show_the_database_and_its_failovers(wor
     database = page.context["incident"]["database"]
     assert database.timeline == live.timeline and database.last_failover_fenced
     assert b'id="db-fenced"' in page.content and b'timeline <strong id="db-timeline">' in page.content
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_prepared_before_a_migration_changed_its_table_is_a_503_then_served(operator, worker_a):
+    """Prepared statements are on by default (controlplane/settings/base.py). A migration that adds a column while a
+    server runs changes what the claim's ``SELECT c.*`` returns: PostgreSQL refuses the statement that server
+    prepared before ("cached plan must not change result type"). That request is a 503 to retry — never a 500 — it
+    decided nothing, and the retry is served (psycopg forgets its prepared statements on the rollback)."""
+    import psycopg
+
+    from claims.models import Attempt
+
+    assert connection.settings_dict["OPTIONS"].get("prepare_threshold") is not None, (
+        "prepared statements are off"
+    )
+    for i in range(4):
+        assert operator.create(node_id="build", input={"i": i}).status_code == 201
+    for _ in range(3):  # run often enough to be prepared on this connection
+        assert worker_a.claim_next().status_code == 200
+    dsn = connection.get_connection_params()
+    other = psycopg.connect(
+        **{k: v for k, v in dsn.items() if k in ("dbname", "user", "host", "port")}, autocommit=True
+    )
+    try:
+        other.execute("ALTER TABLE claims_task ADD COLUMN added_by_a_migration integer")
+        attempts = Attempt.objects.count()
+
+        refused = worker_a.claim_next()
+
+        assert refused.status_code == 503 and refused["Retry-After"] == "1", refused.content
+        assert refused.json()["outcome"] == "UNAVAILABLE" and "retry" in refused.json()["detail"]
+        assert Attempt.objects.count() == attempts  # nothing decided
+        served = worker_a.claim_next()
+        assert served.status_code == 200 and Attempt.objects.count() == attempts + 1
+        committed = worker_a.commit_inline(served.json(), {"ok": True})  # the commit's ``t.*`` too
+        assert committed.status_code == 200, committed.content
+        assert Task.objects.get(pk=served.json()["task_id"]).state == "COMMITTED"
+    finally:
+        other.execute("ALTER TABLE claims_task DROP COLUMN IF EXISTS added_by_a_migration")
+        other.close()
+        connection.close()  # this connection's statements were prepared with the column
