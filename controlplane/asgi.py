@@ -4,12 +4,12 @@ under ``/mcp`` beside Django. The lifespan runs the gateway's parts — the MCP 
 downstream connections — for the life of the process.
 
 Django's ASGI handler runs the ``request_started`` receivers that are sync (``close_old_connections``,
-``reset_queries``) in a thread started for the request, which would then sit parked beside every waiting claim for
-its whole wait. Here they run for the console and admin only: the API's worker endpoints take and return their
-database connections in the shared executor's threads (``claims.waiting``), and the API's other views run in the
-request's thread on a connection from the pool, returned when the response closes (``request_finished``, as
-Django does). Each request's own thread for Django's thread-sensitive work is lent, not started
-(``controlplane.request_threads``)."""
+``reset_queries``) in the request's thread, which would then sit parked beside every waiting claim for its whole
+wait. Here they are not receivers (a signal with none costs nothing to send): ``django_served`` runs them for the
+console and admin only. The API's worker endpoints take and return their database connections in the shared
+executor's threads (``claims.waiting``), and the API's other views run in the request's thread on a connection
+from the pool, returned when the response closes (``request_finished``, as Django does). Each request's own thread
+for Django's thread-sensitive work is lent, not started (``controlplane.request_threads``)."""
 
 from __future__ import annotations
 
@@ -33,15 +33,8 @@ def _started(**kwargs) -> None:
     close_old_connections(**kwargs)
 
 
-async def _request_started(sender, scope=None, **kwargs) -> None:
-    if scope is not None and scope.get("path", "").startswith("/api/"):
-        return
-    await sync_to_async(_started)(**kwargs)
-
-
 signals.request_started.disconnect(reset_queries)
 signals.request_started.disconnect(close_old_connections)
-signals.request_started.connect(_request_started)
 
 
 from django.apps import apps  # noqa: E402
@@ -53,6 +46,8 @@ async def django_served(scope, receive, send) -> None:
     """Django's handler, each request's thread-sensitive work on a thread lent to it (controlplane/
     request_threads.py) instead of one started and joined for it."""
     async with request_thread():
+        if scope["type"] == "http" and not scope["path"].startswith("/api/"):
+            await sync_to_async(_started)()
         await django_application(scope, receive, send)
 
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 from uuid import UUID
 
 from django.db import DEFAULT_DB_ALIAS, connections, models
+from psycopg.types.datetime import TimestamptzLoader
 
 
 def _db() -> Any:
@@ -376,31 +378,49 @@ def placeholders(values: list[Any]) -> str:
     return ", ".join(["%s"] * len(values))
 
 
-@cache
-def _converters(
-    model: type[models.Model], columns: tuple[str, ...], vendor: str
-) -> tuple[list[str], list[Any]]:
-    """For each result column: the attname it loads into and the database converters Django would apply
-    (JSON decoding, UUIDs and datetimes from SQLite's text, …). Columns that are not fields are kept as
+@dataclass(frozen=True)
+class _Plan:
+    """How a statement's rows become ``model`` instances: the column holding each concrete field (in the model's
+    order, what Model.from_db takes), the columns to convert with the database converters Django would apply
+    (JSON decoding, UUIDs and datetimes from SQLite's text, …), and the columns that are not fields, kept as
     attributes as they come (``db_now``)."""
+
+    fields: tuple[int, ...]
+    conversions: tuple[tuple[int, Any, tuple[Any, ...]], ...]
+    extras: tuple[tuple[int, str], ...]
+
+
+@cache
+def _plan(model: type[models.Model], columns: tuple[str, ...], vendor: str) -> _Plan:
+    position = {column: index for index, column in enumerate(columns)}
     by_column = {field.column: field for field in model._meta.concrete_fields}
-    names: list[str] = []
-    converters: list[Any] = []
-    for column in columns:
+    conversions = []
+    for column, index in position.items():
         field = by_column.get(column)
         if field is None:
-            names.append(column)
-            converters.append(None)
             continue
         expression = field.get_col(model._meta.db_table)
         # Field.get_db_converters is Django's (used by its own compiler) but missing from django-stubs.
         chain = _db().ops.get_db_converters(expression) + field.get_db_converters(_db())  # type: ignore[attr-defined]
-        names.append(field.attname)
-        converters.append((expression, chain) if chain else None)
-    return names, converters
+        if chain:
+            conversions.append((index, expression, tuple(chain)))
+    return _Plan(
+        fields=tuple(position[field.column] for field in model._meta.concrete_fields),
+        conversions=tuple(conversions),
+        extras=tuple((index, column) for column, index in position.items() if column not in by_column),
+    )
 
 
 _COLUMNS: dict[tuple[str, str], tuple[str, ...]] = {}
+
+
+def _timestamps_in_c(cursor: Any, db: Any) -> None:
+    """This cursor's timestamps read by psycopg's own loader (C, with psycopg[binary]) instead of Django's, which
+    is Python and only gives each value the connection's time zone: the same values, UTC both ways — where Django's
+    connection and the session both say UTC (Django sets the session's TimeZone to its own). Django's loader was a
+    fifth of the time the worker path spent loading rows (docs/benchmarks.md, "The batched bar")."""
+    if db.timezone is UTC and cursor.connection.info.timezone is UTC:
+        cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
 
 
 def load(model: type[models.Model], sql: str, params: list[Any]) -> list[Any]:
@@ -408,6 +428,8 @@ def load(model: type[models.Model], sql: str, params: list[Any]) -> list[Any]:
     conversions the ORM applies. What Model.objects.raw() does, minus its per-call setup."""
     db = _db()
     with db.cursor() as cursor:
+        if db.vendor == "postgresql":
+            _timestamps_in_c(cursor.cursor, db)
         cursor.execute(sql, params)
         # A statement's text fixes its columns; reading cursor.description builds objects per column per call.
         key = (db.vendor, sql)
@@ -415,24 +437,20 @@ def load(model: type[models.Model], sql: str, params: list[Any]) -> list[Any]:
         if columns is None:
             columns = _COLUMNS[key] = tuple(col[0] for col in cursor.description)
         rows = cursor.fetchall()
-        if rows and len(rows[0]) != len(
-            columns
-        ):  # a migration changed a ``t.*``'s table since: read them again
+        if rows and len(rows[0]) != len(columns):  # a migration changed a ``t.*``'s table: read them again
             columns = _COLUMNS[key] = tuple(col[0] for col in cursor.description)
-    names, converters = _converters(model, columns, db.vendor)
-    field_names = {field.attname for field in model._meta.concrete_fields}
+    plan = _plan(model, columns, db.vendor)
     loaded = []
-    for row in rows:
-        values = {}
-        for name, value, conversion in zip(names, row, converters, strict=True):
-            if conversion is not None:
-                expression, chain = conversion
-                for converter in chain:
-                    value = converter(value, expression, db)
-            values[name] = value
+    for fetched in rows:
+        row = list(fetched)
+        for index, expression, chain in plan.conversions:
+            value = row[index]
+            for converter in chain:
+                value = converter(value, expression, db)
+            row[index] = value
         # field_names=None means "every concrete field, in order" (Model.from_db); the stubs want a collection.
-        instance = model.from_db(db.alias, None, [values[f.attname] for f in model._meta.concrete_fields])  # type: ignore[arg-type]
-        for name in values.keys() - field_names:
-            setattr(instance, name, values[name])
+        instance = model.from_db(db.alias, None, [row[index] for index in plan.fields])  # type: ignore[arg-type]
+        for index, name in plan.extras:
+            setattr(instance, name, row[index])
         loaded.append(instance)
     return loaded

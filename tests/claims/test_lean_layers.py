@@ -4,6 +4,8 @@ response rendered in the executor's thread (claims/waiting.py ``_rendered``)."""
 
 from __future__ import annotations
 
+from datetime import UTC
+
 import pytest
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -97,6 +99,33 @@ def test_prep_hands_native_values_on_as_the_field_itself_would(db):
         warnings.simplefilter("always")
         _sql.prep(Attempt, "started_at", datetime(2026, 1, 1))
     assert any("naive datetime" in str(w.message) for w in caught)
+
+
+def test_load_gives_each_row_as_the_orm_loads_it(operator, worker_a):
+    """``_sql.load`` (rows by position into Model.from_db, timestamps by psycopg's C loader on PostgreSQL) against
+    the ORM's own load of the same row: every field equal, datetimes aware in UTC, and a column that is not a
+    field kept as an attribute."""
+
+    from claims.models import Task
+    from claims.services import _sql
+
+    claim = (
+        worker_a.claim_next()
+        if operator.create(node_id="n", input={"k": [1, "x"]}).status_code == 201
+        else None
+    )
+    assert claim is not None and claim.status_code == 200
+    task_id = claim.json()["task_id"]
+
+    (loaded,) = _sql.load(Task, "SELECT t.*, 7 AS extra FROM claims_task t WHERE t.task_id = %s", [task_id])
+
+    orm = Task.objects.get(pk=task_id)
+    for field in Task._meta.concrete_fields:
+        assert getattr(loaded, field.attname) == getattr(orm, field.attname), field.attname
+    for name in ("created_at", "updated_at", "lease_expires_at"):
+        assert getattr(loaded, name).utcoffset().total_seconds() == 0
+        assert getattr(loaded, name).tzinfo in (UTC, getattr(orm, name).tzinfo)
+    assert loaded.extra == 7 and loaded.input == {"k": [1, "x"]} and loaded._state.adding is False
 
 
 HOT_TABLE_INDEXES = {
