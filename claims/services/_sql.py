@@ -78,6 +78,11 @@ def _column(model: type[models.Model], attname: str, vendor: str) -> str:
     return _db().ops.quote_name(_fields(model)[attname].column)
 
 
+def column(model: type[models.Model], attname: str) -> str:
+    """The column of ``model``'s field ``attname``, quoted for this database."""
+    return _column(model, attname, _db().vendor)
+
+
 @cache
 def _insert_sql(model: type[models.Model], attnames: tuple[str, ...], vendor: str, if_absent: bool) -> str:
     columns = ", ".join(_column(model, name, vendor) for name in attnames)
@@ -380,12 +385,14 @@ def placeholders(values: list[Any]) -> str:
 
 @dataclass(frozen=True)
 class _Plan:
-    """How a statement's rows become ``model`` instances: the column holding each concrete field (in the model's
-    order, what Model.from_db takes), the columns to convert with the database converters Django would apply
-    (JSON decoding, UUIDs and datetimes from SQLite's text, …), and the columns that are not fields, kept as
+    """How a statement's rows become ``model`` instances: the column holding each concrete field it returns (in the
+    model's order, what Model.from_db takes) and, when it leaves some out, the attnames it returns (the others are
+    deferred: read from the database if touched); the columns to convert with the database converters Django would
+    apply (JSON decoding, UUIDs and datetimes from SQLite's text, …); and the columns that are not fields, kept as
     attributes as they come (``db_now``)."""
 
     fields: tuple[int, ...]
+    field_names: tuple[str, ...] | None
     conversions: tuple[tuple[int, Any, tuple[Any, ...]], ...]
     extras: tuple[tuple[int, str], ...]
 
@@ -404,8 +411,12 @@ def _plan(model: type[models.Model], columns: tuple[str, ...], vendor: str) -> _
         chain = _db().ops.get_db_converters(expression) + field.get_db_converters(_db())  # type: ignore[attr-defined]
         if chain:
             conversions.append((index, expression, tuple(chain)))
+    returned = [field for field in model._meta.concrete_fields if field.column in position]
     return _Plan(
-        fields=tuple(position[field.column] for field in model._meta.concrete_fields),
+        fields=tuple(position[field.column] for field in returned),
+        field_names=None
+        if len(returned) == len(model._meta.concrete_fields)
+        else tuple(field.attname for field in returned),
         conversions=tuple(conversions),
         extras=tuple((index, column) for column, index in position.items() if column not in by_column),
     )
@@ -449,7 +460,7 @@ def load(model: type[models.Model], sql: str, params: list[Any]) -> list[Any]:
                 value = converter(value, expression, db)
             row[index] = value
         # field_names=None means "every concrete field, in order" (Model.from_db); the stubs want a collection.
-        instance = model.from_db(db.alias, None, [row[index] for index in plan.fields])  # type: ignore[arg-type]
+        instance = model.from_db(db.alias, plan.field_names, [row[index] for index in plan.fields])  # type: ignore[arg-type]
         for index, name in plan.extras:
             setattr(instance, name, row[index])
         loaded.append(instance)

@@ -8,6 +8,7 @@ On SQLite (writers serialised whole by BEGIN IMMEDIATE) the lock clauses are lef
 
 from __future__ import annotations
 
+from ..models import Task
 from . import _sql
 
 NAMESPACE = "claims_namespace"
@@ -53,10 +54,16 @@ def hold_namespace_row(*, by_task: bool, lock: str) -> str:
     )
 
 
-def _tasks_with_namespaces(where: str) -> str:
+def _task_columns_but_input() -> str:
+    return ", ".join(
+        f"t.{_sql.column(Task, f.attname)}" for f in Task._meta.concrete_fields if f.attname != "input"
+    )
+
+
+def _tasks_with_namespaces(where: str, columns: str = "t.*") -> str:
     """Task rows FOR NO KEY UPDATE, each with its namespace's columns (``ns_*``) FOR SHARE, then the clock."""
     return after_locks(
-        f"SELECT t.*, n.name AS ns_name, n.scheduler_epoch AS ns_epoch, n.claims_paused AS ns_paused, "
+        f"SELECT {columns}, n.name AS ns_name, n.scheduler_epoch AS ns_epoch, n.claims_paused AS ns_paused, "
         f"n.pause_hold AS ns_hold "
         f"FROM {TASK} t JOIN {NAMESPACE} n ON n.id = t.namespace_id WHERE {where}"
         + (" FOR NO KEY UPDATE OF t FOR SHARE OF n" if _sql.is_postgres() else "")
@@ -71,8 +78,11 @@ def hold_task_and_namespace() -> str:
 
 def hold_tasks_and_namespaces(count: int) -> str:
     """``count`` task rows FOR NO KEY UPDATE in task_id order, each with its namespace FOR SHARE, one statement;
-    each row carries the clock read after its lock (the caller takes the latest). Params: [*task_ids]."""
-    return _tasks_with_namespaces(f"t.task_id IN ({', '.join(['%s'] * count)}) ORDER BY t.task_id")
+    each row carries the clock read after its lock (the caller takes the latest). Params: [*task_ids]. The tasks'
+    inputs are left deferred: a commit never reads one, and each may be up to ``CLAIMS_MAX_VALUE_BYTES``."""
+    return _tasks_with_namespaces(
+        f"t.task_id IN ({', '.join(['%s'] * count)}) ORDER BY t.task_id", _task_columns_but_input()
+    )
 
 
 def not_held(outer: str) -> str:

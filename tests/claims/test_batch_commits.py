@@ -126,3 +126,25 @@ def test_items_the_batch_leaves_to_single_commits_are_answered_as_those_would(op
         "COMMITTED"
     }
     assert StagedResult.objects.filter(task_id=plain).count() == 1
+
+
+@pytest.mark.django_db
+def test_a_batch_of_commits_never_reads_the_tasks_inputs(operator, worker_a):
+    """A commit needs its task's input digest, not its input (up to CLAIMS_MAX_VALUE_BYTES each): the batch's lock
+    statement leaves the column out, and nothing reads it later (the task objects' inputs stay deferred)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    big = {"blob": "x" * 100_000}
+    for _ in range(3):
+        assert operator.create(node_id="n", input=big).status_code == 201
+    claims = worker_a.claim_batch(3).json()["claims"]
+
+    with CaptureQueriesContext(connection) as seen:
+        done = worker_a.commits(
+            [{"task_id": c["task_id"], **worker_a.commit_body(c, {"ok": 1}, inline=True)} for c in claims]
+        )
+
+    assert [r["status"] for r in done.json()["results"]] == [200, 200, 200]
+    assert Task.objects.filter(state="COMMITTED").count() == 3
+    assert not [q["sql"] for q in seen.captured_queries if '"input"' in q["sql"] or "t.*" in q["sql"]]
