@@ -176,7 +176,11 @@ def flat_cost(sizes: list[int], claims: int) -> dict[str, Any]:
             )
             latencies.append(time.perf_counter() - started)
             assert grant is not None
-        rows[size] = {"p50_ms": percentile(latencies, 50) * 1000, "p99_ms": percentile(latencies, 99) * 1000}
+        rows[size] = {
+            "p50_ms": percentile(latencies, 50) * 1000,
+            "p99_ms": percentile(latencies, 99) * 1000,
+            **_scrape(namespace),
+        }
         print(json.dumps({size: rows[size]}), flush=True)
         if size == max(sizes):
             with connection.cursor() as cursor:
@@ -194,7 +198,48 @@ def flat_cost(sizes: list[int], claims: int) -> dict[str, Any]:
                 )
                 rows["plan"] = [line for (line,) in cursor.fetchall()]
     rows["ratio_largest_to_smallest"] = rows[max(sizes)]["p50_ms"] / rows[min(sizes)]["p50_ms"]
+    rows["scrape_ratio_largest_to_smallest"] = rows[max(sizes)]["queue_ms"] / rows[min(sizes)]["queue_ms"]
+    started = time.perf_counter()
+    everything = _backlogs()
+    rows["metrics_backlogs"] = {
+        "ms": (time.perf_counter() - started) * 1000,
+        "namespaces": len(everything),
+        "ready_counted": sum(q.ready for q in everything.values()),
+    }
     return rows
+
+
+def _backlogs() -> dict[str, Any]:
+    from claims import queues
+
+    return queues.backlogs()
+
+
+def _scrape(namespace: str) -> dict[str, float]:
+    """What the namespace page and /metrics read for one namespace (claims.queues: counts up to the cap, keys from
+    their lanes), against the exact grouped counts they replaced — median of 5 each."""
+    from django.db.models import Count
+    from django.utils import timezone
+
+    from claims import queues
+    from claims.models import Namespace, Task
+
+    ns = Namespace.objects.get(name=namespace)
+    ready = Task.objects.filter(namespace=ns, state="READY")
+
+    def exact() -> None:
+        list(ready.values_list("priority").annotate(n=Count("*")))
+        list(ready.values_list("fairness_key").annotate(n=Count("*")))
+
+    def timed(fn: Any) -> float:
+        runs = []
+        for _ in range(5):
+            started = time.perf_counter()
+            fn()
+            runs.append((time.perf_counter() - started) * 1000)
+        return sorted(runs)[2]
+
+    return {"queue_ms": timed(lambda: queues.queue(ns, timezone.now())), "exact_counts_ms": timed(exact)}
 
 
 def fleet(workers: int, seconds: float, port: int) -> dict[str, Any]:

@@ -106,6 +106,14 @@ class Task(models.Model):
                 condition=Q(state="READY"),
                 name="task_ready_order",
             ),
+            # Each fairness key's READY tasks, in its order: what /metrics and the namespace pages count a key's
+            # backlog from (claims.queues), a bounded range a key. An entry for each task made READY (created,
+            # released, requeued); a claim or a commit adds none (the task leaves READY).
+            models.Index(
+                fields=["namespace", "priority", "fairness_key", "vtag"],
+                condition=Q(state="READY"),
+                name="task_ready_key",
+            ),
             # Reclaim candidates: claimed tasks whose lease ran out or whose epoch is old. A claim asks whether one
             # outranks the READY task it would take (statements._priority_bound): the claims in flight, by either.
             models.Index(

@@ -393,6 +393,9 @@ if LEASE_MAX_SECONDS < LEASE_MIN_SECONDS:
     raise ImproperlyConfigured("LEASE_MAX_SECONDS must be at least LEASE_MIN_SECONDS")
 # Upper bound of any JSON value a client may send (task input, staged result), in bytes.
 CLAIMS_MAX_VALUE_BYTES = env_int("CLAIMS_MAX_VALUE_BYTES", 1_000_000, minimum=1024)
+# /metrics and the namespace pages count a namespace's READY tasks of one priority up to this many (claims.queues),
+# and past it add up its keys' schedules: a scrape's cost is bounded whatever the backlog.
+CLAIMS_BACKLOG_COUNT_CAP = env_int("CLAIMS_BACKLOG_COUNT_CAP", 1_000, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = CLAIMS_MAX_VALUE_BYTES * 2 + 65536
 # /metrics needs no token unless this is set; then it wants "Authorization: Bearer <METRICS_TOKEN>".
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")

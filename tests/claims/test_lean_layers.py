@@ -147,6 +147,7 @@ HOT_TABLE_INDEXES = {
         "task_open_created",
         "task_open_ns_created",
         "task_ready_order",
+        "task_ready_key",  # claims.queues: each key's backlog, a bounded range a key (an entry per task made READY)
     },
     "claims_taskevent": {"claims_taskevent_pkey", "event_at", "event_ns_point_at", "event_task_timeline"},
 }

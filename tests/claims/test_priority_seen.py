@@ -75,3 +75,78 @@ def test_an_operator_changes_a_priority_in_the_console(operator):
     audit = AuditEntry.objects.get(action="task_set_priority")
     assert (audit.principal, audit.reason) == ("ui:operator-user", "the customer is waiting")
     assert "Change the priority" not in login("viewer").get("/tasks/t").content.decode()
+
+
+def _exact_by_key() -> dict[str, int]:
+    from django.db.models import Count
+
+    return dict(Task.objects.filter(state="READY").values_list("fairness_key").annotate(n=Count("*")))
+
+
+def test_the_keys_backlogs_read_from_their_lanes_are_the_exact_counts_while_tasks_leave_in_order(
+    operator, worker_a
+):
+    """Each key's waiting tasks are read from its lanes (one row a key, not one a task): the figures on /metrics and
+    the namespace page equal the tasks' own count, before and after grants, with weights 3, 1 and 0.5."""
+    from claims.queues import backlogs
+
+    backlog(40, key="big", weight=3)
+    backlog(7, key="small")
+    backlog(5, key="slow", weight=0.5)
+    for n in range(4):
+        operator.create(task_id=f"late-{n}", fairness_key="small")
+    for granted in (0, 9, 13, 20):
+        if granted:
+            assert worker_a.claim_batch(granted).status_code == 200
+        assert dict(backlogs()["default"].by_key) == _exact_by_key(), granted
+    page = login("viewer").get("/ns/default/incident").content.decode()
+    assert f'<th scope="row">big</th><td>{_exact_by_key()["big"]}</td>' in page
+
+
+def test_past_the_cap_a_backlog_is_its_keys_schedules_and_below_it_the_exact_count(operator, settings):
+    """A scrape counts a namespace's READY tasks of one priority up to CLAIMS_BACKLOG_COUNT_CAP (a range of the
+    READY index, stopped there); past it, the gauge is the sum of its keys' schedules — which still counts the
+    places of tasks cancelled before their turn — and below it the exact count, no key shown above it."""
+    ids = backlog(30, key="a")
+    backlog(3, key="b", priority=2)
+    Task.objects.filter(pk__in=ids[10:13]).update(state="CANCELLED")  # three holes in key a's schedule
+
+    settings.CLAIMS_BACKLOG_COUNT_CAP = 20
+    past = Client().get("/metrics").content.decode()
+    settings.CLAIMS_BACKLOG_COUNT_CAP = 1_000
+    below = Client().get("/metrics").content.decode()
+
+    assert _samples(past, "claims_ready_tasks", "namespace", "priority") == {
+        ("default", "2"): 3,
+        ("default", "3"): 30,
+    }
+    assert _samples(past, "claims_ready_tasks_by_key", "namespace", "key") == {
+        ("default", "a"): 30,
+        ("default", "b"): 3,
+    }
+    assert _samples(below, "claims_ready_tasks", "namespace", "priority") == {
+        ("default", "2"): 3,
+        ("default", "3"): 27,
+    }
+    assert _samples(below, "claims_ready_tasks_by_key", "namespace", "key") == {
+        ("default", "a"): 27,
+        ("default", "b"): 3,
+    }
+
+
+def test_a_scrape_reads_the_same_statements_whatever_the_backlog(operator):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from claims.queues import backlogs
+
+    def statements() -> int:
+        with CaptureQueriesContext(connection) as seen:
+            backlogs()
+        return len(seen.captured_queries)
+
+    backlog(10, key="a")
+    few = statements()
+    backlog(5_000, key="b")
+    backlog(5_000, key="c", priority=1)
+    assert statements() == few == 2
