@@ -70,7 +70,7 @@ LEFT JOIN claims_fairnesskey k ON k.namespace_id = l.namespace_id AND k.key = l.
 """
 
 
-def _rows(sql: str, params: list[object], namespace_id: int | None, column: str) -> list[tuple]:
+def _rows(sql: str, params: list[int], namespace_id: int | None, column: str) -> list[tuple]:
     if namespace_id is not None:
         sql, params = f"{sql} WHERE {column} = %s", [*params, namespace_id]
     with connection.cursor() as cursor:
