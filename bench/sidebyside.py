@@ -10,7 +10,7 @@ then the wake-up latency (READY → a waiting worker's grant, from the rows' own
 waiters cost one server process (threads, memory). The server is gunicorn with uvicorn workers
 (deploy/gunicorn.conf.py), 2 processes, pooled connections, no rate limit.
 
-    createdb controlplane_bench
+    dropdb --if-exists controlplane_bench; createdb controlplane_bench   # fresh: what earlier runs leave weighs on the figures
     pip install '.[bench]'
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/controlplane_bench python bench/sidebyside.py --seconds 10
 
@@ -277,6 +277,22 @@ def batch_bar(
     return {"workers": workers, "order": "A-B-B-A per comparison, each half of the seconds", "rounds": rounds}
 
 
+def _database_load() -> dict[str, Any]:
+    """The tasks and the size of the database before the run (the bar is meant for a fresh one: createdb)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM claims_task")
+        (tasks,) = cursor.fetchone()
+        cursor.execute("SELECT pg_database_size(current_database())")
+        (size,) = cursor.fetchone()
+    if tasks > 1_000_000:
+        print(
+            f"warning: {tasks:,} tasks already in this database; the bar is meant for a fresh one", flush=True
+        )
+    return {"tasks": tasks, "bytes": size}
+
+
 def _joined(halves: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
     """Two HTTP measurements of one path as one: tasks, rate over their seconds together, the worse percentiles."""
     tasks = sum(h["tasks"] for h in halves)
@@ -361,6 +377,7 @@ def main() -> None:
     url = f"http://127.0.0.1:{args.port}"
     if args.batch_bar:
         workers = int(args.workers.split(",")[0])
+        before = _database_load()
         bar = batch_bar(
             url,
             pg_dsn,
@@ -378,6 +395,9 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "python": sys.version.split()[0],
             "server_settings": args.server_settings or "controlplane.settings",
+            # What earlier runs left in the database: a bench database of 15M tasks (16 GB) measured N=10 at
+            # 0.99-1.18 where a fresh one gave 1.22-1.27 minutes later (docs/benchmarks.md).
+            "database_before": before,
         }
         out.write_text(json.dumps({"meta": meta, "bar": bar}, indent=2, default=str))
         _print_bar(bar)
