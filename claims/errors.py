@@ -233,9 +233,11 @@ _NOT_NOW = {
     "57P02": "the database is restarting after a crash: retry",
     "57P03": "the database is starting up: retry",
 }
-# A statement this connection prepared before a migration changed the columns it returns (feature_not_supported,
-# with this message only): psycopg forgets its prepared statements on the rollback, so the retry is served.
-_REPREPARE = ("0A000", "cached plan must not change result type")
+# A statement this connection prepared before a migration changed the columns it returns ("cached plan must not
+# change result type": feature_not_supported raised by PostgreSQL's plan cache — told by the function that raised
+# it, which lc_messages does not translate): psycopg forgets its prepared statements on the rollback, so the retry
+# is served.
+_REPREPARE = ("0A000", "RevalidateCachedQuery")
 
 
 def database_unavailable(exc: BaseException) -> str | None:
@@ -246,7 +248,7 @@ def database_unavailable(exc: BaseException) -> str | None:
     sqlstate = getattr(exc.__cause__, "sqlstate", None)
     if sqlstate in _NOT_NOW:
         return _NOT_NOW[sqlstate]
-    if (sqlstate, str(exc.__cause__).strip()) == _REPREPARE:
+    if (sqlstate, getattr(getattr(exc.__cause__, "diag", None), "source_function", None)) == _REPREPARE:
         return "the database's tables changed under a prepared statement (a migration): retry"
     if isinstance(exc, (OperationalError, InterfaceError)):
         return "the database is unavailable; retry"

@@ -253,6 +253,10 @@ def test_priority_and_fair_share_through_the_sdk(server):
     with pytest.raises(sdk.Forbidden):
         worker.set_priority(routine["task_id"], 1, reason="me first")
     assert Task.objects.get(pk=routine["task_id"]).priority == 2
+    plain = op.create_task(
+        "n", {"n": 3}, namespace=None, priority=None, fairness_key=None
+    )  # None: the default
+    assert (Task.objects.get(pk=plain["task_id"]).priority, plain["fairness_key"]) == (3, "")
 
 
 RELEASED_1_9 = "f4f85ac"  # the last commit whose SDK was 1.9.0 (claim.v1 with §9, before §10)

@@ -177,9 +177,10 @@ class ControlPlane:
         """Create a task (a sub-task, for a worker) and answer it. ``fields``: the create's other fields, as the
         contract names them — ``namespace``, ``depends_on``, ``resources``, ``replay_policy``, and claim-v1.md §10's
         ``priority`` (1, granted first, to 5), ``fairness_key`` and ``fairness_weight``; each left out is the
-        server's default. Without a ``task_id`` one is made here, so a create whose reply was lost is sent again
-        safely: the same definition is a repeat, answered with the task."""
-        body = {"node_id": node_id, "input": input, "task_id": task_id or uuid.uuid4().hex, **fields}
+        server's default (as is one given as None). Without a ``task_id`` one is made here, so a create whose reply
+        was lost is sent again safely: the same definition is a repeat, answered with the task."""
+        given = {name: value for name, value in fields.items() if value is not None}
+        body = {"node_id": node_id, "input": input, "task_id": task_id or uuid.uuid4().hex, **given}
         return cast(dict[str, Any], self._request("POST", "/tasks", body, idempotent=True).json())
 
     def set_priority(self, task_id: str, priority: int, *, reason: str) -> dict[str, Any]:
